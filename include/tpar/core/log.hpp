@@ -1,0 +1,73 @@
+// The logging sink: where tpar sends what a person may want to know (a fallback it
+// chose and why, resources it had to leak rather than free under the GPU).
+#pragma once
+
+#include <tpar/core/config.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace tpar::inline v0 {
+
+enum class LogLevel { debug, info, warning, error };
+
+using LogSink = std::function<void(LogLevel, std::string_view)>;
+
+namespace detail {
+
+struct LogState {
+  std::mutex mutex;
+  LogSink sink;
+  LogLevel threshold = LogLevel::warning;
+  LogState() {
+    // TPAR_LOG=debug|info|warning|error lowers or raises what the default sink prints.
+    if (const char* env = std::getenv("TPAR_LOG")) {
+      if (!std::strcmp(env, "debug")) threshold = LogLevel::debug;
+      else if (!std::strcmp(env, "info")) threshold = LogLevel::info;
+      else if (!std::strcmp(env, "error")) threshold = LogLevel::error;
+    }
+  }
+};
+
+inline LogState& log_state() {
+  static LogState state;
+  return state;
+}
+
+inline const char* level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::debug: return "debug";
+    case LogLevel::info: return "info";
+    case LogLevel::warning: return "warning";
+    case LogLevel::error: return "error";
+  }
+  return "?";
+}
+
+}  // namespace detail
+
+// Replaces the sink (nullptr restores the default, which prints warnings and errors
+// to stderr; TPAR_LOG=debug|info|warning|error sets its threshold).
+inline void set_log_sink(LogSink sink) {
+  auto& state = detail::log_state();
+  std::lock_guard lock(state.mutex);
+  state.sink = std::move(sink);
+}
+
+inline void log(LogLevel level, std::string_view message) {
+  auto& state = detail::log_state();
+  std::lock_guard lock(state.mutex);
+  if (state.sink) {
+    state.sink(level, message);
+  } else if (level >= state.threshold) {
+    std::fprintf(stderr, "tpar %s: %.*s\n", detail::level_name(level), static_cast<int>(message.size()),
+                 message.data());
+  }
+}
+
+}  // namespace tpar::inline v0

@@ -1,0 +1,107 @@
+#include <doctest/doctest.h>
+#include <tpar/core/error.hpp>
+#include <tpar/core/options.hpp>
+#include <tpar/detail/wire_codec.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+
+using namespace tpar;
+
+TEST_CASE("Error carries a code, the VkResult and the message") {
+  Error e(ErrorCode::timeout, "waited 10 ms", vk::Result::eTimeout);
+  CHECK(e.code() == ErrorCode::timeout);
+  CHECK(e.code().category().name() == std::string("tpar"));
+  CHECK(e.vk_result() == vk::Result::eTimeout);
+  CHECK(std::string(e.what()).find("waited 10 ms") != std::string::npos);
+  CHECK_THROWS_AS(detail::check(vk::Result::eErrorDeviceLost, "submit"), Error);
+  try {
+    detail::check(vk::Result::eErrorOutOfDeviceMemory, "allocate");
+  } catch (const Error& err) {
+    CHECK(err.code() == ErrorCode::out_of_memory);
+  }
+}
+
+TEST_CASE("environment overrides are parsed and unknown values rejected with the valid ones") {
+  ::setenv("TPAR_WIRE", "f16", 1);
+  ::setenv("TPAR_ALGO", "ring", 1);
+  ::setenv("TPAR_SYNC", "proxy", 1);
+  auto o = Options{}.with_environment();
+  CHECK(o.wire == Wire::f16);
+  CHECK(o.algo == AlgoChoice::ring);
+  CHECK(o.sync == SyncChoice::proxy);
+  ::setenv("TPAR_WIRE", "fp8", 1);
+  try {
+    (void)Options{}.with_environment();
+    FAIL("no error for TPAR_WIRE=fp8");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::invalid_argument);
+    CHECK(std::string(e.what()).find("auto, f32, bf16, f16") != std::string::npos);
+  }
+  ::setenv("TPAR_WIRE", "auto", 1);
+  ::setenv("TPAR_SYNC", "nvlink", 1);
+  CHECK_THROWS_AS((void)Options{}.with_environment(), Error);
+  ::setenv("TPAR_SYNC", "auto", 1);
+  ::setenv("TPAR_ALGO", "tree", 1);
+  CHECK_THROWS_AS((void)Options{}.with_environment(), Error);
+  ::unsetenv("TPAR_WIRE");
+  ::unsetenv("TPAR_ALGO");
+  ::unsetenv("TPAR_SYNC");
+  CHECK(Options{}.with_environment().algo == AlgoChoice::automatic);
+}
+
+TEST_CASE("the default wire is f32 for small payloads and bf16 for large ones") {
+  Options o;
+  CHECK(o.wire_for(16 << 10) == Wire::f32);
+  CHECK(o.wire_for(8 << 20) == Wire::bf16);
+  o.wire = Wire::f16;
+  CHECK(o.wire_for(16) == Wire::f16);
+}
+
+TEST_CASE("bf16 rounds to nearest even, keeps NaN and infinity, and saturates instead of overflowing") {
+  using namespace detail;
+  CHECK(bf16_encode(1.0f) == 0x3F80u);
+  CHECK(bf16_encode(bits_f32(0x3F808000u)) == 0x3F80u);  // tie -> even
+  CHECK(bf16_encode(bits_f32(0x3F818000u)) == 0x3F82u);  // tie -> even (up)
+  CHECK(bf16_encode(bits_f32(0x3F808001u)) == 0x3F81u);
+  CHECK(bf16_encode(std::numeric_limits<float>::infinity()) == 0x7F80u);
+  CHECK(std::isnan(bf16_decode(bf16_encode(std::nanf("")))));
+  CHECK(bf16_encode(std::numeric_limits<float>::max()) == 0x7F7Fu);
+  CHECK(bf16_encode(-std::numeric_limits<float>::max()) == 0xFF7Fu);
+}
+
+TEST_CASE("f16 blocks scale so nothing finite overflows, and round within 2^-11") {
+  using namespace detail;
+  std::mt19937 rng(7);
+  for (float magnitude : {1e-30f, 1e-6f, 1.0f, 7e4f, 1e20f, 3.0e38f}) {
+    std::vector<float> x(1000);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& v : x) v = u(rng) * magnitude;
+    std::vector<std::uint32_t> w(wire_words(Wire::f16, x.size()));
+    encode_piece(Wire::f16, x.data(), x.size(), w.data());
+    std::vector<float> y(x.size());
+    decode_piece(Wire::f16, w.data(), x.size(), y.data());
+    float block_max = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (i % wire_block == 0) {
+        block_max = 0;
+        for (std::size_t j = i; j < std::min(x.size(), i + wire_block); ++j) block_max = std::max(block_max, std::fabs(x[j]));
+      }
+      REQUIRE(std::isfinite(y[i]));
+      const double err = std::fabs(double(y[i]) - double(x[i]));
+      CHECK(err <= std::ldexp(std::fabs(double(x[i])), -11) + std::ldexp(double(block_max), -38));
+    }
+  }
+  // Infinities and NaN keep their kind; they do not disturb the block's scale.
+  float x[4] = {1e10f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), std::nanf("")};
+  std::uint32_t w[3];
+  encode_piece(Wire::f16, x, 4, w);
+  float y[4];
+  decode_piece(Wire::f16, w, 4, y);
+  CHECK(std::fabs(y[0] - 1e10f) <= 1e10f / 2048);
+  CHECK(y[1] == std::numeric_limits<float>::infinity());
+  CHECK(y[2] == -std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(y[3]));
+}
