@@ -1,0 +1,106 @@
+// KernelSet — tpar's compute kernels on one device, built from the embedded SPIR-V
+// (shaders/*.comp) on first use, one pipeline per kernel and wire format.
+#pragma once
+
+#include <tpar/core/wire.hpp>
+#include <tpar/detail/spirv/combine.hpp>
+#include <tpar/detail/spirv/oneshot.hpp>
+#include <tpar/detail/spirv/pack.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <span>
+
+namespace tpar::inline v0 {
+
+enum class Kernel : std::uint32_t { pack = 0, combine = 1, oneshot = 2 };
+
+// Modes of the kernels (push constant `mode`); shaders/*.comp document each.
+enum class PackMode : std::uint32_t { encode = 0, zeros = 1 };
+enum class CombineMode : std::uint32_t { add_forward = 0, copy = 1, add_final = 2, copy_final = 3, unpack = 4 };
+
+// The push-constant block every kernel shares (shaders/*.comp: `PC`).
+struct KernelArgs {
+  std::uint32_t count = 0;      // elements in the piece
+  std::uint32_t user_off = 0;   // element offset into the caller's span
+  std::uint32_t in_off = 0;     // scratch word offset of the wire input
+  std::uint32_t out_off = 0;    // scratch word offset of the wire output
+  std::uint32_t mode = 0;
+  std::uint32_t nseg = 0;       // OneShot: segments
+  std::uint32_t seg_words = 0;  // OneShot: words between segments
+  std::uint32_t mask = 0;       // OneShot: contributing segments
+};
+static_assert(sizeof(KernelArgs) == 32);
+
+// Work groups for a piece: one 512-value block per group, capped; the kernels loop.
+inline std::uint32_t kernel_groups(std::size_t count, std::uint32_t max_groups_x) {
+  const std::size_t blocks = (count + wire_block - 1) / wire_block;
+  return static_cast<std::uint32_t>(std::clamp<std::size_t>(blocks, 1, std::min<std::uint32_t>(max_groups_x, 4096)));
+}
+
+class KernelSet {
+ public:
+  explicit KernelSet(vk::Device device) : device_(device) {
+    std::array<vk::DescriptorSetLayoutBinding, 2> bindings{
+        vk::DescriptorSetLayoutBinding(0, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute),
+        vk::DescriptorSetLayoutBinding(1, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute)};
+    vk::DescriptorSetLayoutCreateInfo dsl_info({}, bindings);
+    detail::check(device_.createDescriptorSetLayout(&dsl_info, nullptr, &set_layout_), "vkCreateDescriptorSetLayout");
+    vk::PushConstantRange range(vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs));
+    vk::PipelineLayoutCreateInfo layout_info({}, 1, &set_layout_, 1, &range);
+    if (auto r = device_.createPipelineLayout(&layout_info, nullptr, &layout_); r != vk::Result::eSuccess) {
+      device_.destroyDescriptorSetLayout(set_layout_);
+      detail::check(r, "vkCreatePipelineLayout");
+    }
+  }
+  KernelSet(const KernelSet&) = delete;
+  KernelSet& operator=(const KernelSet&) = delete;
+  ~KernelSet() {
+    for (auto& row : pipelines_)
+      for (auto p : row)
+        if (p) device_.destroyPipeline(p);
+    for (auto m : modules_)
+      if (m) device_.destroyShaderModule(m);
+    device_.destroyPipelineLayout(layout_);
+    device_.destroyDescriptorSetLayout(set_layout_);
+  }
+
+  vk::DescriptorSetLayout set_layout() const { return set_layout_; }
+  vk::PipelineLayout layout() const { return layout_; }
+
+  // Thread-safe; created on first use.
+  vk::Pipeline pipeline(Kernel kernel, Wire wire) {
+    std::lock_guard lock(mutex_);
+    const auto k = static_cast<std::size_t>(kernel);
+    const auto w = static_cast<std::size_t>(wire);
+    if (pipelines_[k][w]) return pipelines_[k][w];
+    if (!modules_[k]) {
+      using Code = std::span<const std::uint32_t>;
+      const Code code = kernel == Kernel::pack      ? Code(detail::spirv::pack)
+                        : kernel == Kernel::combine ? Code(detail::spirv::combine)
+                                                    : Code(detail::spirv::oneshot);
+      vk::ShaderModuleCreateInfo info({}, code.size_bytes(), code.data());
+      detail::check(device_.createShaderModule(&info, nullptr, &modules_[k]), "vkCreateShaderModule");
+    }
+    const std::uint32_t wire_value = static_cast<std::uint32_t>(wire);
+    vk::SpecializationMapEntry entry(0, 0, sizeof(wire_value));
+    vk::SpecializationInfo spec(1, &entry, sizeof(wire_value), &wire_value);
+    vk::PipelineShaderStageCreateInfo stage({}, vk::ShaderStageFlagBits::eCompute, modules_[k], "main", &spec);
+    vk::ComputePipelineCreateInfo info({}, stage, layout_);
+    detail::check(device_.createComputePipelines(nullptr, 1, &info, nullptr, &pipelines_[k][w]),
+                  "vkCreateComputePipelines");
+    return pipelines_[k][w];
+  }
+
+ private:
+  vk::Device device_;
+  vk::DescriptorSetLayout set_layout_;
+  vk::PipelineLayout layout_;
+  std::mutex mutex_;
+  std::array<vk::ShaderModule, 3> modules_{};
+  std::array<std::array<vk::Pipeline, 3>, 3> pipelines_{};
+};
+
+}  // namespace tpar::inline v0
