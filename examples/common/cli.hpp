@@ -1,0 +1,105 @@
+// Command-line pieces shared by tpar's example programs: device selection flags, a
+// strict number parser, and JSON string escaping.
+#pragma once
+
+#include <tpar/vk/device_group.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tpar_cli {
+
+[[noreturn]] inline void usage_error(const std::string& program, const std::string& what) {
+  std::fprintf(stderr, "%s: %s (try --help)\n", program.c_str(), what.c_str());
+  std::exit(2);
+}
+
+template <class T>
+T parse_number(const std::string& program, std::string_view flag, std::string_view text) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size())
+    usage_error(program, std::string(flag) + " expects a number, got '" + std::string(text) + "'");
+  return value;
+}
+
+// Sizes like 4096, 64K, 16M, 1G (binary units).
+inline std::size_t parse_size(const std::string& program, std::string_view flag, std::string_view text) {
+  std::size_t mult = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K': case 'k': mult = std::size_t{1} << 10; break;
+      case 'M': case 'm': mult = std::size_t{1} << 20; break;
+      case 'G': case 'g': mult = std::size_t{1} << 30; break;
+      default: break;
+    }
+    if (mult != 1) text.remove_suffix(1);
+  }
+  return parse_number<std::size_t>(program, flag, text) * mult;
+}
+
+inline const char* device_flags_help() {
+  return "Devices (default: every GPU; lavapipe when there is none):\n"
+         "  -g, --gpus N          the first N matching devices\n"
+         "  --devices I,J,...     physical devices by index (see tpar-info)\n"
+         "  --name TEXT           devices whose name contains TEXT\n"
+         "  --virtual K           open the first matching device K times\n"
+         "  --validation          enable the Khronos validation layer\n";
+}
+
+// Consumes a device-selection flag at argv[i] (and its value); false if not one.
+inline bool parse_device_flag(const std::string& program, int argc, char** argv, int& i, tpar::GroupOptions& o) {
+  const std::string_view a = argv[i];
+  auto value = [&]() -> std::string_view {
+    if (i + 1 >= argc) usage_error(program, std::string(a) + " needs a value");
+    return argv[++i];
+  };
+  if (a == "-g" || a == "--gpus") {
+    o.select.first(parse_number<std::uint32_t>(program, a, value()));
+  } else if (a == "--devices") {
+    std::vector<std::uint32_t> indices;
+    std::string_view list = value();
+    while (!list.empty()) {
+      const auto comma = list.find(',');
+      indices.push_back(parse_number<std::uint32_t>(program, a, list.substr(0, comma)));
+      list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    }
+    o.select.with_indices(std::move(indices));
+  } else if (a == "--name") {
+    o.select.with_name(std::string(value()));
+  } else if (a == "--virtual") {
+    o.select.virtual_devices(parse_number<std::uint32_t>(program, a, value()));
+  } else if (a == "--validation") {
+    o.validation = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+inline std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace tpar_cli

@@ -1,0 +1,138 @@
+// tpar-info: the Vulkan devices tpar sees, what each offers the AllReduce, and the
+// transport tpar would choose for the group.
+#include <tpar/tpar.hpp>
+
+#include "common/cli.hpp"
+
+#include <cstdio>
+#include <string>
+
+VULKAN_HPP_DEFAULT_DISPATCH_LOADER_DYNAMIC_STORAGE
+
+namespace {
+
+const char* yes(bool b) { return b ? "yes" : "no"; }
+
+std::string queue_families(const tpar::DeviceCapabilities& c) {
+  std::string s;
+  for (std::size_t f = 0; f < c.queue_families.size(); ++f) {
+    const auto& q = c.queue_families[f];
+    std::string flags;
+    if (q.queueFlags & vk::QueueFlagBits::eGraphics) flags += "graphics+";
+    if (q.queueFlags & vk::QueueFlagBits::eCompute) flags += "compute+";
+    if (q.queueFlags & vk::QueueFlagBits::eTransfer) flags += "transfer+";
+    if (!flags.empty()) flags.pop_back();
+    s += (f ? ", " : "") + std::to_string(f) + "=" + flags + "x" + std::to_string(q.queueCount);
+  }
+  return s;
+}
+
+std::string staging_status(const tpar::DeviceGroup& g) {
+  try {
+    tpar::HostImport::check_support(g);
+    return "HostImport: every device imports host memory, so one host allocation per device serves all of them";
+  } catch (const tpar::Error& e) {
+    return std::string("unavailable: ") + e.what();
+  }
+}
+
+void print_text(const tpar::DeviceGroup& g) {
+  std::printf("tpar %s: %zu device%s\n\n", TPAR_VERSION_STRING, g.size(), g.size() == 1 ? "" : "s");
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const auto& d = g[i];
+    const auto& c = d.capabilities();
+    std::printf("device %zu: %s%s\n", i, c.name.c_str(), d.is_virtual() ? " (virtual)" : "");
+    std::printf("  type                 %s, vendor 0x%04x, device 0x%04x, physical index %u\n",
+                vk::to_string(c.type).c_str(), c.vendor_id, c.device_id, d.physical_index());
+    std::printf("  driver               %s %s, Vulkan %s\n", c.driver_name.c_str(), c.driver_info.c_str(),
+                tpar::api_version_string(c.api_version).c_str());
+    std::printf("  driverUUID           %s\n", tpar::to_string(c.driver_uuid).c_str());
+    std::printf("  deviceUUID           %s\n", tpar::to_string(c.device_uuid).c_str());
+    std::printf("  queue families       %s\n", queue_families(c).c_str());
+    std::printf("  compute queue        family %u\n", d.compute_queue().family());
+    if (d.has_transfer_queue()) std::printf("  transfer queue       family %u (transfer-only)\n", d.transfer_queue().family());
+    else std::printf("  transfer queue       none: uploads share the compute queue\n");
+    std::printf("  host-memory import   %s", yes(d.enabled().external_memory_host));
+    if (c.external_memory_host) std::printf(", alignment %llu", static_cast<unsigned long long>(c.host_import_alignment));
+    std::printf("\n  timeline semaphores  %s\n", yes(c.timeline_semaphores));
+    std::printf("  OPAQUE_FD timelines  export %s, import %s\n", yes(c.timeline_fd_exportable), yes(c.timeline_fd_importable));
+    std::printf("  f16                  shaderFloat16 %s, 16-bit storage %s\n", yes(c.shader_float16), yes(c.storage_16bit));
+    std::printf("  storage buffers      offset alignment %llu, max range %llu\n",
+                static_cast<unsigned long long>(c.min_storage_offset_alignment),
+                static_cast<unsigned long long>(c.max_storage_buffer_range));
+    std::printf("\n");
+  }
+  const auto gate = g.sync_gate();
+  std::printf("transport for this group\n");
+  std::printf("  cross-device sync    %s: %s\n", std::string(to_string(gate.choice)).c_str(), gate.reason.c_str());
+  std::printf("  staging              %s\n", staging_status(g).c_str());
+  const tpar::Options o;
+  std::printf("  algorithm            OneShot up to %zu KiB, ChunkedRing above (TPAR_ALGO)\n", o.oneshot_max_bytes >> 10);
+  std::printf("  wire                 f32 below %zu KiB, bf16 from there (TPAR_WIRE)\n", o.bf16_min_bytes >> 10);
+}
+
+void print_json(const tpar::DeviceGroup& g) {
+  using tpar_cli::json_string;
+  std::printf("{\n  \"tpar_version\": %s,\n  \"devices\": [\n", json_string(TPAR_VERSION_STRING).c_str());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const auto& d = g[i];
+    const auto& c = d.capabilities();
+    std::printf("    {\"index\": %zu, \"name\": %s, \"virtual\": %s, \"type\": %s, \"vendor_id\": %u, \"device_id\": %u,\n", i,
+                json_string(c.name).c_str(), d.is_virtual() ? "true" : "false", json_string(vk::to_string(c.type)).c_str(),
+                c.vendor_id, c.device_id);
+    std::printf("     \"physical_index\": %u, \"driver\": %s, \"driver_info\": %s, \"api_version\": %s,\n", d.physical_index(),
+                json_string(c.driver_name).c_str(), json_string(c.driver_info).c_str(),
+                json_string(tpar::api_version_string(c.api_version)).c_str());
+    std::printf("     \"driver_uuid\": %s, \"device_uuid\": %s,\n", json_string(tpar::to_string(c.driver_uuid)).c_str(),
+                json_string(tpar::to_string(c.device_uuid)).c_str());
+    std::printf("     \"queue_families\": %s, \"compute_family\": %u, \"transfer_family\": %s,\n",
+                json_string(queue_families(c)).c_str(), d.compute_queue().family(),
+                d.has_transfer_queue() ? std::to_string(d.transfer_queue().family()).c_str() : "null");
+    std::printf("     \"host_import\": %s, \"host_import_alignment\": %llu, \"timeline_semaphores\": %s,\n",
+                d.enabled().external_memory_host ? "true" : "false",
+                static_cast<unsigned long long>(c.host_import_alignment), c.timeline_semaphores ? "true" : "false");
+    std::printf("     \"timeline_fd_exportable\": %s, \"timeline_fd_importable\": %s, \"shader_float16\": %s, \"storage_16bit\": %s,\n",
+                c.timeline_fd_exportable ? "true" : "false", c.timeline_fd_importable ? "true" : "false",
+                c.shader_float16 ? "true" : "false", c.storage_16bit ? "true" : "false");
+    std::printf("     \"min_storage_offset_alignment\": %llu, \"max_storage_buffer_range\": %llu}%s\n",
+                static_cast<unsigned long long>(c.min_storage_offset_alignment),
+                static_cast<unsigned long long>(c.max_storage_buffer_range), i + 1 < g.size() ? "," : "");
+  }
+  const auto gate = g.sync_gate();
+  std::printf("  ],\n  \"sync\": {\"choice\": %s, \"native_possible\": %s, \"reason\": %s},\n",
+              json_string(to_string(gate.choice)).c_str(), gate.native_possible ? "true" : "false",
+              json_string(gate.reason).c_str());
+  std::printf("  \"staging\": %s\n}\n", json_string(staging_status(g)).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string program = "tpar-info";
+  bool json = false;
+  tpar::GroupOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::printf(
+          "Usage: tpar-info [options]\n"
+          "Lists the Vulkan devices tpar would use, what each offers the AllReduce (queues,\n"
+          "host-memory import, shareable timeline semaphores, f16), and the transport tpar\n"
+          "would choose for them as a group.\n\n"
+          "  --json                machine-readable output\n"
+          "  -h, --help            this text\n\n%s",
+          tpar_cli::device_flags_help());
+      return 0;
+    }
+    if (a == "--json") json = true;
+    else if (!tpar_cli::parse_device_flag(program, argc, argv, i, options)) tpar_cli::usage_error(program, "unknown option " + std::string(a));
+  }
+  try {
+    const auto group = tpar::DeviceGroup::create(options);
+    json ? print_json(group) : print_text(group);
+  } catch (const tpar::Error& e) {
+    std::fprintf(stderr, "tpar-info: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

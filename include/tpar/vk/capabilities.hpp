@@ -1,0 +1,221 @@
+// Capabilities — what one device offers tpar, and the gate that says which cross-device
+// sync a group of them can use, and why, in words a user can read.
+#pragma once
+
+#include <tpar/core/error.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpar::inline v0 {
+
+using Uuid = std::array<std::uint8_t, VK_UUID_SIZE>;
+
+inline std::string to_string(const Uuid& uuid) {
+  std::string s;
+  char buf[3];
+  for (std::size_t i = 0; i < uuid.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    std::snprintf(buf, sizeof buf, "%02x", uuid[i]);
+    s += buf;
+  }
+  return s;
+}
+
+struct DeviceCapabilities {
+  std::string name;
+  std::string driver_name;
+  std::string driver_info;
+  vk::PhysicalDeviceType type = vk::PhysicalDeviceType::eOther;
+  std::uint32_t vendor_id = 0;
+  std::uint32_t device_id = 0;
+  std::uint32_t api_version = 0;
+  std::uint32_t driver_version = 0;
+  Uuid driver_uuid{};
+  Uuid device_uuid{};
+
+  // Queue families tpar uses: compute (required) and a transfer-only family, if any.
+  std::uint32_t compute_family = 0;
+  std::optional<std::uint32_t> transfer_family;
+  std::vector<vk::QueueFamilyProperties> queue_families;
+
+  bool timeline_semaphores = false;
+  std::uint64_t max_timeline_difference = 0;
+  bool external_memory_host = false;      // VK_EXT_external_memory_host
+  vk::DeviceSize host_import_alignment = 0;
+  bool external_semaphore_fd = false;     // VK_KHR_external_semaphore_fd
+  bool timeline_fd_exportable = false;    // OPAQUE_FD timeline semaphores
+  bool timeline_fd_importable = false;
+  bool shader_float16 = false;
+  bool storage_16bit = false;             // storageBuffer16BitAccess
+
+  vk::DeviceSize min_storage_offset_alignment = 0;
+  vk::DeviceSize max_storage_buffer_range = 0;
+  std::uint32_t max_workgroups_x = 0;
+
+  bool is_gpu() const {
+    return type == vk::PhysicalDeviceType::eDiscreteGpu || type == vk::PhysicalDeviceType::eIntegratedGpu ||
+           type == vk::PhysicalDeviceType::eVirtualGpu;
+  }
+  bool dedicated_transfer_queue() const { return transfer_family.has_value(); }
+  bool native_import_capable() const {
+    return external_semaphore_fd && timeline_fd_exportable && timeline_fd_importable;
+  }
+};
+
+inline std::string api_version_string(std::uint32_t v) {
+  return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
+         std::to_string(VK_API_VERSION_PATCH(v));
+}
+
+namespace detail {
+
+inline bool has_extension(const std::vector<vk::ExtensionProperties>& exts, const char* name) {
+  for (const auto& e : exts)
+    if (std::string_view(e.extensionName.data()) == name) return true;
+  return false;
+}
+
+inline std::vector<vk::ExtensionProperties> device_extensions(vk::PhysicalDevice physical) {
+  std::uint32_t n = 0;
+  check(physical.enumerateDeviceExtensionProperties(nullptr, &n, nullptr), "vkEnumerateDeviceExtensionProperties");
+  std::vector<vk::ExtensionProperties> exts(n);
+  check(physical.enumerateDeviceExtensionProperties(nullptr, &n, exts.data()), "vkEnumerateDeviceExtensionProperties");
+  exts.resize(n);
+  return exts;
+}
+
+}  // namespace detail
+
+// What `physical` supports (not what a VkDevice enabled: see Device::enabled()).
+inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
+  DeviceCapabilities caps;
+  const auto exts = detail::device_extensions(physical);
+  caps.external_memory_host = detail::has_extension(exts, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  caps.external_semaphore_fd = detail::has_extension(exts, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+
+  vk::PhysicalDeviceProperties2 props2;
+  vk::PhysicalDeviceIDProperties id;
+  vk::PhysicalDeviceDriverProperties driver;
+  vk::PhysicalDeviceTimelineSemaphoreProperties timeline;
+  vk::PhysicalDeviceExternalMemoryHostPropertiesEXT host;
+  props2.pNext = &id;
+  id.pNext = &driver;
+  driver.pNext = &timeline;
+  if (caps.external_memory_host) timeline.pNext = &host;
+  physical.getProperties2(&props2);
+  const auto& p = props2.properties;
+  caps.name = p.deviceName.data();
+  caps.type = p.deviceType;
+  caps.vendor_id = p.vendorID;
+  caps.device_id = p.deviceID;
+  caps.api_version = p.apiVersion;
+  caps.driver_version = p.driverVersion;
+  caps.driver_name = driver.driverName.data();
+  caps.driver_info = driver.driverInfo.data();
+  std::copy(id.driverUUID.begin(), id.driverUUID.end(), caps.driver_uuid.begin());
+  std::copy(id.deviceUUID.begin(), id.deviceUUID.end(), caps.device_uuid.begin());
+  caps.max_timeline_difference = timeline.maxTimelineSemaphoreValueDifference;
+  caps.host_import_alignment = caps.external_memory_host ? host.minImportedHostPointerAlignment : 0;
+  caps.min_storage_offset_alignment = p.limits.minStorageBufferOffsetAlignment;
+  caps.max_storage_buffer_range = p.limits.maxStorageBufferRange;
+  caps.max_workgroups_x = p.limits.maxComputeWorkGroupCount[0];
+
+  if (VK_API_VERSION_MINOR(p.apiVersion) >= 2 || VK_API_VERSION_MAJOR(p.apiVersion) > 1) {
+    vk::PhysicalDeviceFeatures2 f2;
+    vk::PhysicalDeviceVulkan11Features f11;
+    vk::PhysicalDeviceVulkan12Features f12;
+    f2.pNext = &f11;
+    f11.pNext = &f12;
+    physical.getFeatures2(&f2);
+    caps.timeline_semaphores = f12.timelineSemaphore;
+    caps.shader_float16 = f12.shaderFloat16;
+    caps.storage_16bit = f11.storageBuffer16BitAccess;
+  }
+
+  if (caps.external_semaphore_fd && caps.timeline_semaphores) {
+    vk::SemaphoreTypeCreateInfo type_info(vk::SemaphoreType::eTimeline, 0);
+    vk::PhysicalDeviceExternalSemaphoreInfo info(vk::ExternalSemaphoreHandleTypeFlagBits::eOpaqueFd, &type_info);
+    vk::ExternalSemaphoreProperties props;
+    physical.getExternalSemaphoreProperties(&info, &props);
+    caps.timeline_fd_exportable =
+        bool(props.externalSemaphoreFeatures & vk::ExternalSemaphoreFeatureFlagBits::eExportable);
+    caps.timeline_fd_importable =
+        bool(props.externalSemaphoreFeatures & vk::ExternalSemaphoreFeatureFlagBits::eImportable);
+  }
+
+  std::uint32_t nf = 0;
+  physical.getQueueFamilyProperties(&nf, nullptr);
+  caps.queue_families.resize(nf);
+  physical.getQueueFamilyProperties(&nf, caps.queue_families.data());
+  bool have_compute = false;
+  for (std::uint32_t f = 0; f < nf; ++f) {
+    const auto flags = caps.queue_families[f].queueFlags;
+    if (!have_compute && (flags & vk::QueueFlagBits::eCompute)) {
+      caps.compute_family = f;
+      have_compute = true;
+    }
+    const bool transfer_only = (flags & vk::QueueFlagBits::eTransfer) && !(flags & vk::QueueFlagBits::eCompute) &&
+                               !(flags & vk::QueueFlagBits::eGraphics);
+    if (transfer_only && !caps.transfer_family) caps.transfer_family = f;
+  }
+  if (!have_compute) caps.compute_family = ~0u;
+  return caps;
+}
+
+// Which cross-device sync a group can use.
+enum class SyncKind { native_import, proxy_bridge };
+
+constexpr std::string_view to_string(SyncKind s) {
+  return s == SyncKind::native_import ? "NativeImport" : "ProxyBridge";
+}
+
+struct SyncGate {
+  SyncKind choice = SyncKind::proxy_bridge;
+  bool native_possible = false;  // NativeImport may be tried (a self-test still decides)
+  std::string reason;            // one sentence a user can read
+};
+
+// `enabled_fd[i]` says whether device i's VkDevice has VK_KHR_external_semaphore_fd enabled.
+inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> enabled_fd) {
+  SyncGate gate;
+  if (caps.size() < 2) {
+    gate.reason = "a single device needs no cross-device sync";
+    return gate;
+  }
+  for (std::size_t i = 0; i < caps.size(); ++i) {
+    const auto& c = caps[i];
+    const std::string who = "device " + std::to_string(i) + " (" + c.name + ")";
+    if (!c.external_semaphore_fd) {
+      gate.reason = who + " does not support VK_KHR_external_semaphore_fd, so ProxyBridge forwards progress on a host thread";
+      return gate;
+    }
+    if (i < enabled_fd.size() && !enabled_fd[i]) {
+      gate.reason = who + " was created without VK_KHR_external_semaphore_fd enabled, so ProxyBridge forwards progress on a host thread";
+      return gate;
+    }
+    if (!c.timeline_fd_exportable || !c.timeline_fd_importable) {
+      gate.reason = who + " cannot " + (c.timeline_fd_exportable ? "import" : "export") +
+                    " timeline semaphores as OPAQUE_FD, so ProxyBridge forwards progress on a host thread";
+      return gate;
+    }
+    if (c.driver_uuid != caps[0].driver_uuid) {
+      gate.reason = who + " has another driver than device 0 (driverUUID differs), so their semaphores cannot be "
+                          "shared and ProxyBridge forwards progress on a host thread";
+      return gate;
+    }
+  }
+  gate.native_possible = true;
+  gate.choice = SyncKind::native_import;
+  gate.reason = "all " + std::to_string(caps.size()) +
+                " devices share one driver and export and import OPAQUE_FD timeline semaphores, so queues wait on "
+                "each other directly (NativeImport, confirmed by a self-test when a communicator is created)";
+  return gate;
+}
+
+}  // namespace tpar::inline v0

@@ -1,0 +1,161 @@
+// Device — one logical Vulkan device as tpar uses it: its handles, its compute queue and
+// (where the device has one) a transfer-only queue, each behind the owner's lock, what
+// it supports and what its VkDevice enabled. tpar never destroys what it did not create.
+#pragma once
+
+#include <tpar/detail/dispatch.hpp>
+#include <tpar/vk/capabilities.hpp>
+#include <tpar/vk/kernels.hpp>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+
+namespace tpar::inline v0 {
+
+// The host's lock for a queue it shares with tpar (Vulkan queues need external
+// synchronisation). Empty functions: tpar uses a mutex of its own.
+struct QueueLock {
+  std::function<void()> lock;
+  std::function<void()> unlock;
+};
+
+class Queue {
+ public:
+  Queue(vk::Queue queue, std::uint32_t family, std::uint32_t index, QueueLock lock = {})
+      : queue_(queue), family_(family), index_(index), hooks_(std::move(lock)) {}
+  Queue(const Queue&) = delete;
+  Queue& operator=(const Queue&) = delete;
+
+  vk::Queue handle() const { return queue_; }
+  std::uint32_t family() const { return family_; }
+  std::uint32_t index() const { return index_; }
+
+  // Runs f() with the queue locked.
+  template <class F>
+  decltype(auto) locked(F&& f) {
+    struct Guard {
+      Queue& q;
+      explicit Guard(Queue& queue) : q(queue) {
+        if (q.hooks_.lock) q.hooks_.lock(); else q.own_.lock();
+      }
+      ~Guard() {
+        if (q.hooks_.unlock) q.hooks_.unlock(); else q.own_.unlock();
+      }
+    } guard(*this);
+    return f();
+  }
+
+  vk::Result submit(std::span<const vk::SubmitInfo> batches) {
+    return locked([&] {
+      return queue_.submit(static_cast<std::uint32_t>(batches.size()), batches.data(), vk::Fence{});
+    });
+  }
+
+ private:
+  vk::Queue queue_;
+  std::uint32_t family_;
+  std::uint32_t index_;
+  QueueLock hooks_;
+  std::mutex own_;
+};
+
+// What a VkDevice has enabled, as far as tpar cares.
+struct EnabledFeatures {
+  bool external_memory_host = false;
+  bool external_semaphore_fd = false;
+  bool shader_float16 = false;
+  bool storage_16bit = false;
+};
+
+class Device {
+ public:
+  struct Init {
+    vk::Instance instance;
+    vk::PhysicalDevice physical;
+    vk::Device device;
+    bool owned = false;
+    std::uint32_t index = 0;
+    std::uint32_t physical_index = 0;
+    bool is_virtual = false;
+    DeviceCapabilities caps;
+    EnabledFeatures enabled;
+    vk::Queue compute_queue;
+    std::uint32_t compute_family = 0, compute_index = 0;
+    QueueLock compute_lock;
+    vk::Queue transfer_queue;  // null: the device has no transfer-only queue tpar uses
+    std::uint32_t transfer_family = 0, transfer_index = 0;
+    QueueLock transfer_lock;
+  };
+
+  explicit Device(Init init)
+      : instance_(init.instance),
+        physical_(init.physical),
+        device_(init.device),
+        owned_(init.owned),
+        index_(init.index),
+        physical_index_(init.physical_index),
+        virtual_(init.is_virtual),
+        caps_(std::move(init.caps)),
+        enabled_(init.enabled) {
+    compute_ = std::make_unique<Queue>(init.compute_queue, init.compute_family, init.compute_index,
+                                       std::move(init.compute_lock));
+    if (init.transfer_queue)
+      transfer_ = std::make_unique<Queue>(init.transfer_queue, init.transfer_family, init.transfer_index,
+                                          std::move(init.transfer_lock));
+    fns_.load(device_, enabled_.external_memory_host, enabled_.external_semaphore_fd);
+  }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  ~Device() {
+    kernels_.reset();
+    // Everything tpar submitted was retired by the communicators that submitted it (or
+    // deliberately leaked with this device); an owned device is idle here.
+    if (owned_) device_.destroy();
+  }
+
+  std::uint32_t index() const { return index_; }
+  // Index of the physical device in the instance's enumeration order.
+  std::uint32_t physical_index() const { return physical_index_; }
+  bool is_virtual() const { return virtual_; }
+  bool owned() const { return owned_; }
+  vk::Instance instance() const { return instance_; }
+  vk::PhysicalDevice physical() const { return physical_; }
+  vk::Device handle() const { return device_; }
+  const DeviceCapabilities& capabilities() const { return caps_; }
+  const EnabledFeatures& enabled() const { return enabled_; }
+
+  Queue& compute_queue() { return *compute_; }
+  const Queue& compute_queue() const { return *compute_; }
+  // The transfer-only queue, or the compute queue where the device has none.
+  Queue& transfer_queue() { return transfer_ ? *transfer_ : *compute_; }
+  const Queue& transfer_queue() const { return transfer_ ? *transfer_ : *compute_; }
+  bool has_transfer_queue() const { return transfer_ != nullptr; }
+
+  const detail::DeviceExtensionFns& extension_fns() const { return fns_; }
+
+  KernelSet& kernels() {
+    std::call_once(kernels_once_, [&] { kernels_ = std::make_unique<KernelSet>(device_); });
+    return *kernels_;
+  }
+
+ private:
+  vk::Instance instance_;
+  vk::PhysicalDevice physical_;
+  vk::Device device_;
+  bool owned_;
+  std::uint32_t index_;
+  std::uint32_t physical_index_;
+  bool virtual_;
+  DeviceCapabilities caps_;
+  EnabledFeatures enabled_;
+  std::unique_ptr<Queue> compute_;
+  std::unique_ptr<Queue> transfer_;
+  detail::DeviceExtensionFns fns_;
+  std::once_flag kernels_once_;
+  std::unique_ptr<KernelSet> kernels_;
+};
+
+}  // namespace tpar::inline v0

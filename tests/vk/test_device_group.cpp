@@ -1,0 +1,287 @@
+// DeviceGroup on lavapipe: virtual groups of 1-8 devices, adoption of devices the test
+// created (none destroyed by tpar), capabilities and the sync gate, and every error.
+#include <doctest/doctest.h>
+#include <tpar/comm/any_communicator.hpp>
+#include <tpar/vk/device_group.hpp>
+
+#include "support/numerics.hpp"
+#include "support/vk_env.hpp"
+
+#include <atomic>
+#include <cstdlib>
+
+using namespace tpar;
+using namespace tpar_test;
+
+namespace {
+
+// Sets an environment variable for the life of the object.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) old = v;
+    ::setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+ErrorCode code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    MESSAGE("error: " << e.what());
+    return e.code_value();
+  }
+  return ErrorCode{};
+}
+
+}  // namespace
+
+TEST_CASE("virtual groups of 1, 2, 4 and 8 devices open one physical device that many times") {
+  for (std::uint32_t n : {1u, 2u, 4u, 8u}) {
+    CAPTURE(n);
+    VkEnv env(n);
+    if (!env.ok()) continue;
+    auto& g = env.group();
+    REQUIRE(g.size() == n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      auto& d = g[i];
+      CHECK(d.index() == i);
+      CHECK(d.owned());
+      CHECK(d.handle());
+      if (!use_real_gpus()) {
+        CHECK(d.is_virtual());
+        CHECK(d.physical() == g[0].physical());
+        if (i) CHECK(d.handle() != g[0].handle());  // K logical devices, not one shared
+      }
+      CHECK(d.compute_queue().handle());
+      CHECK(d.transfer_queue().handle());
+      const auto& c = d.capabilities();
+      CHECK(c.timeline_semaphores);
+      CHECK(c.api_version >= VK_API_VERSION_1_2);
+      CHECK(c.min_storage_offset_alignment > 0);
+    }
+    if (n > 1) {
+      const auto gate = g.sync_gate();
+      CHECK(!gate.reason.empty());
+      MESSAGE("gate for " << n << ": " << to_string(gate.choice) << ": " << gate.reason);
+    }
+  }
+}
+
+TEST_CASE("lavapipe's capabilities: host import yes, exportable timelines no, so the gate says ProxyBridge and why") {
+  if (use_real_gpus()) return;
+  VkEnv env(3);
+  auto& d = env.group()[0];
+  const auto& c = d.capabilities();
+  CHECK(c.driver_name.find("llvmpipe") != std::string::npos);
+  CHECK(c.external_memory_host);
+  CHECK(d.enabled().external_memory_host);
+  CHECK(c.host_import_alignment == 4096);
+  CHECK(c.shader_float16);
+  CHECK_FALSE(c.native_import_capable());
+  CHECK_FALSE(c.dedicated_transfer_queue());
+  CHECK(&d.transfer_queue() == &d.compute_queue());
+  CHECK(to_string(c.device_uuid).size() == 36);
+  const auto gate = env.group().sync_gate();
+  CHECK(gate.choice == SyncKind::proxy_bridge);
+  CHECK_FALSE(gate.native_possible);
+  CHECK(gate.reason.find("ProxyBridge") != std::string::npos);
+  CHECK(gate.reason.find("device 0") != std::string::npos);
+}
+
+TEST_CASE("selection by index, name and UUID") {
+  if (use_real_gpus()) return;
+  ValidationLog log;
+  GroupOptions o = test_options(log, 1);
+  o.select = {};
+  o.select.with_name("LLVMPIPE");  // case-insensitive substring
+  auto by_name = DeviceGroup::create(o);
+  REQUIRE(by_name.size() == 1);
+  const Uuid uuid = by_name[0].capabilities().device_uuid;
+  o.select = {};
+  o.select.with_uuid(uuid);
+  auto by_uuid = DeviceGroup::create(o);
+  CHECK(by_uuid[0].capabilities().device_uuid == uuid);
+  o.select = {};
+  o.select.with_indices({by_name[0].physical_index()}).virtual_devices(2);
+  auto two = DeviceGroup::create(o);
+  CHECK(two.size() == 2);
+  // No GPU here: the default selection falls back to the CPU device.
+  auto fallback = DeviceGroup::create(test_options(log, 1));
+  CHECK(fallback[0].capabilities().type == vk::PhysicalDeviceType::eCpu);
+  CHECK(log.errors.empty());
+}
+
+TEST_CASE("errors: no loader, no driver, no device, no match, missing feature, bad virtual count") {
+  GroupOptions bare;
+  bare.loader = "/nonexistent/libvulkan.so.1";
+  CHECK(code_of([&] { DeviceGroup::create(bare); }) == ErrorCode::no_loader);
+
+  {
+    ScopedEnv a("VK_DRIVER_FILES", "/nonexistent/icd.json"), b("VK_ICD_FILENAMES", "/nonexistent/icd.json");
+    CHECK(code_of([] { DeviceGroup::create(); }) == ErrorCode::no_driver);
+  }
+  if (!use_real_gpus()) {
+    // A driver that finds none of its hardware (RADV on a machine without an AMD GPU).
+    const char* radv = "/usr/share/vulkan/icd.d/radeon_icd.x86_64.json";
+    if (std::FILE* f = std::fopen(radv, "r")) {
+      std::fclose(f);
+      ScopedEnv a("VK_DRIVER_FILES", radv), b("VK_ICD_FILENAMES", radv);
+      CHECK(code_of([] { DeviceGroup::create(); }) == ErrorCode::no_devices);
+    } else {
+      MESSAGE("no-device case not run: " << radv << " is missing");
+    }
+  }
+
+  ValidationLog log;
+  GroupOptions o = test_options(log, 1);
+  o.select = {};
+  o.select.with_name("no-such-gpu");
+  CHECK(code_of([&] { DeviceGroup::create(o); }) == ErrorCode::no_match);
+  o.select = {};
+  o.select.with_indices({99});
+  CHECK(code_of([&] { DeviceGroup::create(o); }) == ErrorCode::no_match);
+  o.select = {};
+  o.select.with_uuid(Uuid{});
+  CHECK(code_of([&] { DeviceGroup::create(o); }) == ErrorCode::no_match);
+  o.select = {};
+  o.select.first(64);
+  CHECK(code_of([&] { DeviceGroup::create(o); }) == ErrorCode::no_match);
+
+  o = test_options(log, 1);
+  o.required_extensions = {"VK_TPAR_not_an_extension"};
+  try {
+    DeviceGroup::create(o);
+    FAIL("a missing extension was not reported");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::missing_feature);
+    CHECK(std::string(e.what()).find("VK_TPAR_not_an_extension") != std::string::npos);
+  }
+
+  for (std::uint32_t k : {0u, 33u}) {
+    o = test_options(log, 1);
+    o.select.virtual_devices(k);
+    CHECK(code_of([&] { DeviceGroup::create(o); }) == ErrorCode::invalid_argument);
+  }
+  CHECK(log.errors.empty());
+}
+
+namespace {
+
+// What a host application owns: an instance and devices it created itself.
+struct HostApp {
+  ValidationLog log;
+  vk::Instance instance;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+  vk::PhysicalDevice physical;
+  std::vector<vk::Device> devices;
+  std::uint32_t family = 0;
+
+  explicit HostApp(std::uint32_t n) {
+    // Use tpar's own instance code path only for the loader; everything else by hand.
+    detail::ensure_loader("");
+    const char* layers[] = {"VK_LAYER_KHRONOS_validation"};
+    const char* exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    vk::ApplicationInfo app("host", 1, "host", 1, VK_API_VERSION_1_2);
+    vk::InstanceCreateInfo info({}, &app, 1, layers, 1, exts);
+    REQUIRE(vk::createInstance(&info, nullptr, &instance) == vk::Result::eSuccess);
+    detail::bind_dispatcher(instance, true);
+    auto create = detail::load_instance_fn<PFN_vkCreateDebugUtilsMessengerEXT>(instance, "vkCreateDebugUtilsMessengerEXT");
+    VkDebugUtilsMessengerCreateInfoEXT mi{};
+    mi.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
+    mi.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+    mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT;
+    mi.pfnUserCallback = [](VkDebugUtilsMessageSeverityFlagBitsEXT, VkDebugUtilsMessageTypeFlagsEXT,
+                            const VkDebugUtilsMessengerCallbackDataEXT* d, void* user) -> VkBool32 {
+      static_cast<ValidationLog*>(user)->errors.push_back(d->pMessage);
+      return VK_FALSE;
+    };
+    mi.pUserData = &log;
+    REQUIRE(create(instance, &mi, nullptr, &messenger) == VK_SUCCESS);
+    auto physicals = detail::physical_devices(instance);
+    REQUIRE(!physicals.empty());
+    physical = physicals[0];
+    const auto caps = query_capabilities(physical);
+    family = caps.compute_family;
+    const float prio = 1.0f;
+    vk::DeviceQueueCreateInfo q({}, family, 1, &prio);
+    const char* dev_exts[] = {VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME};
+    vk::PhysicalDeviceVulkan12Features f12;
+    f12.timelineSemaphore = VK_TRUE;
+    vk::DeviceCreateInfo di({}, 1, &q, 0, nullptr, 1, dev_exts, nullptr, &f12);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      vk::Device d;
+      REQUIRE(physical.createDevice(&di, nullptr, &d) == vk::Result::eSuccess);
+      devices.push_back(d);
+    }
+  }
+  ~HostApp() {
+    for (auto d : devices) d.destroy();
+    auto destroy = detail::load_instance_fn<PFN_vkDestroyDebugUtilsMessengerEXT>(instance, "vkDestroyDebugUtilsMessengerEXT");
+    destroy(instance, messenger, nullptr);
+    instance.destroy();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("adopt: tpar works on devices the host owns, locks through the host's hooks, and destroys none of them") {
+  if (use_real_gpus()) return;
+  HostApp host(2);
+  std::atomic<int> locks{0}, unlocks{0};
+  std::mutex host_queue_mutex[2];
+  std::vector<AdoptedDevice> adopted(2);
+  for (int i = 0; i < 2; ++i) {
+    auto& a = adopted[i];
+    a.instance = host.instance;
+    a.physical = host.physical;
+    a.device = host.devices[i];
+    a.compute_queue = host.devices[i].getQueue(host.family, 0);
+    a.compute_family = host.family;
+    a.compute_lock = {[&, i] { host_queue_mutex[i].lock(); ++locks; }, [&, i] { ++unlocks; host_queue_mutex[i].unlock(); }};
+    a.enabled_extensions = {VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME};
+  }
+  {
+    auto group = DeviceGroup::adopt(adopted);
+    REQUIRE(group.size() == 2);
+    CHECK_FALSE(group.owns_instance());
+    CHECK_FALSE(group[0].owned());
+    CHECK(group[0].enabled().external_memory_host);
+    CHECK_FALSE(group[0].enabled().external_semaphore_fd);
+    auto comm = make_communicator(group);
+    std::vector<std::unique_ptr<TestBuffer>> bufs;
+    std::vector<BufferSpan> spans;
+    const auto x = integer_inputs(2, 1000, 3);
+    for (int i = 0; i < 2; ++i) {
+      bufs.push_back(std::make_unique<TestBuffer>(group[i], 4000));
+      bufs[i]->write(0, x[i]);
+      spans.push_back({bufs[i]->handle(), 0, 1000, 4000});
+    }
+    comm.allreduce(spans).wait();
+    for (int i = 0; i < 2; ++i) CHECK(bit_identical(bufs[i]->read(0, 1000), integer_sum(x)));
+  }
+  CHECK(locks > 0);
+  CHECK(locks == unlocks);
+  // Every handle is still alive and usable: tpar destroyed none of them.
+  for (auto d : host.devices) {
+    vk::Semaphore s;
+    vk::SemaphoreCreateInfo si;
+    CHECK(d.createSemaphore(&si, nullptr, &s) == vk::Result::eSuccess);
+    d.destroySemaphore(s);
+    CHECK(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(d) == VK_SUCCESS);
+  }
+  CHECK(host.log.errors.empty());
+  for (const auto& e : host.log.errors) MESSAGE(e);
+}
+
+TEST_CASE("adopt: bad input is rejected") {
+  std::vector<AdoptedDevice> none;
+  CHECK(code_of([&] { DeviceGroup::adopt(none); }) == ErrorCode::invalid_argument);
+  std::vector<AdoptedDevice> blank(1);
+  CHECK(code_of([&] { DeviceGroup::adopt(blank); }) == ErrorCode::invalid_argument);
+}
