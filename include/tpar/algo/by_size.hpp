@@ -1,0 +1,26 @@
+// BySize — the default algorithm: OneShot while the payload is small enough that
+// latency dominates (one hop), ChunkedRing above, where bandwidth does (each device
+// moves 2(n-1)/n of the tensor instead of n-1 times it).
+#pragma once
+
+#include <tpar/algo/chunked_ring.hpp>
+#include <tpar/algo/one_shot.hpp>
+
+namespace tpar::inline v0 {
+
+struct BySize {
+  static constexpr std::string_view name = "auto";
+
+  static bool use_oneshot(const ScheduleRequest& rq) {
+    if (rq.choice != AlgoChoice::automatic) return rq.choice == AlgoChoice::oneshot || rq.devices < 2;
+    return rq.devices < 2 || rq.count * sizeof(float) <= rq.oneshot_max_bytes;
+  }
+
+  static Schedule build(const ScheduleRequest& rq) {
+    return use_oneshot(rq) ? OneShot::build(rq) : ChunkedRing::build(rq);
+  }
+};
+
+static_assert(Algorithm<BySize>);
+
+}  // namespace tpar::inline v0

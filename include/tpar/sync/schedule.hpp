@@ -1,0 +1,108 @@
+// Schedule — one AllReduce as a graph of batches on device queues, before any Vulkan
+// object exists. A batch runs on one queue of one device and signals that queue's
+// timeline; it waits on batches of its own device (other queue) or of peers (through
+// the sync policy). Algorithms build schedules; the communicator records each batch
+// once into a command buffer and replays it with new timeline values.
+#pragma once
+
+#include <tpar/core/wire.hpp>
+#include <tpar/detail/align.hpp>
+#include <tpar/vk/kernels.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace tpar::inline v0 {
+
+enum class Role : std::uint8_t { compute = 0, transfer = 1 };
+
+// Memory a copy touches: the device's scratch, or one source device's host staging
+// (offsets within that device's slot set for the current call).
+struct Region {
+  enum class Kind : std::uint8_t { scratch, host };
+  Kind kind = Kind::scratch;
+  std::uint32_t host_owner = 0;  // Kind::host: whose host allocation
+  std::uint64_t offset = 0;      // bytes
+
+  static Region scratch(std::uint64_t offset) { return {Kind::scratch, 0, offset}; }
+  static Region host(std::uint32_t owner, std::uint64_t offset) { return {Kind::host, owner, offset}; }
+};
+
+struct Command {
+  enum class Type : std::uint8_t {
+    copy,          // src -> dst, `bytes`
+    kernel,        // `kernel` with `args` (binding 0 = caller's span, 1 = scratch)
+    barrier,       // earlier copies/kernels of this batch before later ones
+    host_barrier,  // make this batch's writes to host staging visible to the host (and so to peers)
+  };
+  Type type = Type::barrier;
+  Region src, dst;
+  std::uint64_t bytes = 0;
+  Kernel kernel = Kernel::pack;
+  KernelArgs args{};
+};
+
+// "Batch `index` of `role` on `device` has completed": the value that batch signals.
+struct BatchRef {
+  std::uint32_t device = 0;
+  Role role = Role::compute;
+  std::uint32_t index = 0;  // position among the device's batches of that role
+};
+
+struct Batch {
+  Role role = Role::compute;
+  std::vector<Command> commands;
+  std::vector<BatchRef> waits;       // same device, or a peer's transfer batches
+  bool wait_ready = false;           // the caller's ready point for this device
+  bool wait_previous_call = false;   // all transfers of this device's previous call (scratch reuse)
+};
+
+struct DeviceSchedule {
+  std::vector<Batch> batches;  // a valid order for a single queue doing both roles
+  std::uint32_t count(Role r) const {
+    std::uint32_t n = 0;
+    for (const auto& b : batches) n += b.role == r;
+    return n;
+  }
+};
+
+struct Schedule {
+  std::string_view algorithm;  // the algorithm that built it
+  Wire wire = Wire::f32;
+  std::size_t count = 0;
+  std::vector<DeviceSchedule> devices;
+  std::vector<std::uint64_t> host_bytes;     // per device: host staging its uploads need per call
+  std::vector<std::uint64_t> scratch_bytes;  // per device: device-local scratch
+};
+
+namespace detail {
+
+inline constexpr std::uint64_t region_align = 256;
+
+inline Command copy_cmd(Region src, Region dst, std::uint64_t bytes) {
+  Command c;
+  c.type = Command::Type::copy;
+  c.src = src;
+  c.dst = dst;
+  c.bytes = bytes;
+  return c;
+}
+
+inline Command kernel_cmd(Kernel k, const KernelArgs& args) {
+  Command c;
+  c.type = Command::Type::kernel;
+  c.kernel = k;
+  c.args = args;
+  return c;
+}
+
+inline Command barrier_cmd(Command::Type t = Command::Type::barrier) {
+  Command c;
+  c.type = t;
+  return c;
+}
+
+}  // namespace detail
+}  // namespace tpar::inline v0
