@@ -1,0 +1,88 @@
+// AnyCommunicator — the communicator chosen at run time: the sync policy from the
+// group's capabilities (and TPAR_SYNC), the algorithm by size (and TPAR_ALGO), the wire
+// by size (and TPAR_WIRE). For hosts that do not want to pick policies at compile time.
+#pragma once
+
+#include <tpar/comm/communicator.hpp>
+
+#include <memory>
+
+namespace tpar::inline v0 {
+
+class AnyCommunicator {
+ public:
+  AnyCommunicator(AnyCommunicator&&) noexcept = default;
+  AnyCommunicator& operator=(AnyCommunicator&&) noexcept = default;
+
+  Ticket allreduce(std::span<const BufferSpan> spans, const AllreduceArgs& args = {}) {
+    return impl_->allreduce(spans, args);
+  }
+  Ticket allreduce(std::initializer_list<BufferSpan> spans, const AllreduceArgs& args = {}) {
+    return impl_->allreduce(std::span<const BufferSpan>(spans.begin(), spans.size()), args);
+  }
+  std::size_t size() const { return impl_->size(); }
+  SyncKind sync_kind() const { return impl_->sync_kind(); }
+  const Options& options() const { return impl_->options(); }
+  std::optional<Error> failure() const { return impl_->failure(); }
+  std::uint64_t staging_bytes() const { return impl_->staging_bytes(); }
+  const CallInfo& last_call() const { return impl_->last_call(); }
+  ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
+                                   std::uint32_t contributing = ~0u) const {
+    return impl_->schedule_request(count, wire, contributing);
+  }
+  // Why this sync policy was chosen, in a sentence.
+  const std::string& sync_reason() const { return reason_; }
+
+  template <CrossDeviceSync Sync>
+  static AnyCommunicator make(DeviceGroup group, const Options& options, std::string reason) {
+    return AnyCommunicator(std::make_unique<Model<Sync>>(std::move(group), options), std::move(reason));
+  }
+
+ private:
+  struct Interface {
+    virtual ~Interface() = default;
+    virtual Ticket allreduce(std::span<const BufferSpan>, const AllreduceArgs&) = 0;
+    virtual std::size_t size() const = 0;
+    virtual SyncKind sync_kind() const = 0;
+    virtual const Options& options() const = 0;
+    virtual std::optional<Error> failure() const = 0;
+    virtual std::uint64_t staging_bytes() const = 0;
+    virtual const CallInfo& last_call() const = 0;
+    virtual ScheduleRequest schedule_request(std::size_t, std::optional<Wire>, std::uint32_t) const = 0;
+  };
+  template <class Sync>
+  struct Model final : Interface {
+    Model(DeviceGroup group, const Options& options) : comm(std::move(group), options) {}
+    Ticket allreduce(std::span<const BufferSpan> s, const AllreduceArgs& a) override { return comm.allreduce(s, a); }
+    std::size_t size() const override { return comm.size(); }
+    SyncKind sync_kind() const override { return Sync::kind; }
+    const Options& options() const override { return comm.options(); }
+    std::optional<Error> failure() const override { return comm.failure(); }
+    std::uint64_t staging_bytes() const override { return comm.staging_bytes(); }
+    const CallInfo& last_call() const override { return comm.last_call(); }
+    ScheduleRequest schedule_request(std::size_t c, std::optional<Wire> w, std::uint32_t m) const override {
+      return comm.schedule_request(c, w, m);
+    }
+    Communicator<Sync> comm;
+  };
+
+  AnyCommunicator(std::unique_ptr<Interface> impl, std::string reason) : impl_(std::move(impl)), reason_(std::move(reason)) {}
+
+  std::unique_ptr<Interface> impl_;
+  std::string reason_;
+};
+
+// Builds the communicator `options` (with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE applied) and
+// the group's capabilities allow. Asking for NativeImport where the group cannot use it
+// is an error that says why.
+inline AnyCommunicator make_communicator(DeviceGroup group, Options options = {}) {
+  options = options.with_environment();
+  const SyncGate gate = group.sync_gate();
+  if (options.sync == SyncChoice::native && !gate.native_possible)
+    throw Error(ErrorCode::unsupported, "NativeImport was asked for (TPAR_SYNC=native) but " + gate.reason);
+  // NativeImport joins here once it exists; until then every group uses ProxyBridge.
+  const std::string reason = options.sync == SyncChoice::proxy ? "ProxyBridge was asked for (TPAR_SYNC=proxy)" : gate.reason;
+  return AnyCommunicator::make<ProxyBridge>(std::move(group), options, reason);
+}
+
+}  // namespace tpar::inline v0

@@ -1,0 +1,530 @@
+// Communicator<Sync, Algo, Staging> — an AllReduce over a DeviceGroup with exactly the
+// policies a host instantiates. One thread uses a communicator at a time.
+//
+//   tpar::Communicator<tpar::ProxyBridge> comm(group);
+//   tpar::Ticket t = comm.allreduce(spans, {.ready = ready_points});
+//   // queue work that waits on t.done(i) on device i, or: t.wait();
+#pragma once
+
+#include <tpar/algo/by_size.hpp>
+#include <tpar/comm/ticket.hpp>
+#include <tpar/core/buffer_span.hpp>
+#include <tpar/core/options.hpp>
+#include <tpar/detail/comm_plan.hpp>
+#include <tpar/staging/capacity.hpp>
+#include <tpar/staging/host_import.hpp>
+#include <tpar/sync/concepts.hpp>
+#include <tpar/sync/proxy_bridge.hpp>
+
+#include <list>
+#include <memory>
+#include <optional>
+#include <span>
+
+namespace tpar::inline v0 {
+
+template <class S>
+concept StagingPolicy = requires(const DeviceGroup& group) {
+  { S::name } -> std::convertible_to<std::string_view>;
+  S::check_support(group);
+  typename S::Generation;
+} && std::constructible_from<typename S::Generation, const DeviceGroup&, std::uint64_t, std::uint32_t, std::uint64_t>;
+
+struct AllreduceArgs {
+  // Per device (or empty): work on the span starts once this point is reached. A null
+  // semaphore means no wait for that device.
+  std::span<const TimelinePoint> ready;
+  // Per device (or empty: all): false marks a device that computed nothing; its buffer
+  // counts as zeros (whatever it holds) and still receives the result.
+  std::span<const bool> contributes;
+  // Overrides the communicator's wire choice for this call.
+  std::optional<Wire> wire;
+};
+
+// What one call did, for reports (tpar-bench, logs).
+struct CallInfo {
+  std::string_view algorithm;
+  Wire wire = Wire::f32;
+};
+
+template <CrossDeviceSync Sync, Algorithm Algo = BySize, StagingPolicy Staging = HostImport>
+class Communicator {
+ public:
+  using Generation = typename Staging::Generation;
+  using PlanType = detail::Plan<Generation>;
+  static constexpr std::size_t max_plans = 64;
+
+  explicit Communicator(DeviceGroup group, Options options = {})
+      : group_(std::move(group)), options_(options), health_(std::make_shared<detail::Health>()) {
+    if (options_.depth < 1 || options_.depth > 8)
+      throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 1 to 8");
+    if (options_.lanes < 1 || options_.lanes > 64)
+      throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options_.lanes) + " is out of range: use 1 to 64");
+    if (options_.piece_bytes < wire_block * sizeof(float))
+      throw Error(ErrorCode::invalid_argument, "piece_bytes must be at least " + std::to_string(wire_block * sizeof(float)));
+    if (options_.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
+    const std::size_t n = group_.size();
+    if (n > 1) Staging::check_support(group_);
+    try {
+      init(n);
+    } catch (...) {
+      release_all();
+      throw;
+    }
+  }
+
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // Waits (bounded by the timeout) for the work in flight, then frees everything. Work
+  // that never finishes (a ready point never signalled) keeps its resources: they are
+  // left allocated, and logged, rather than freed under the GPU.
+  ~Communicator() {
+    if (drain(options_.timeout)) {
+      release_all();
+      return;
+    }
+    sync_->release_waiters();
+    if (drain(std::chrono::seconds(1))) {
+      release_all();
+      return;
+    }
+    log(LogLevel::error,
+        "communicator destroyed while its work is still pending on the GPU (a ready point that is never signalled?): "
+        "its Vulkan objects are left allocated rather than freed under the GPU");
+    (void)sync_.release();
+    (void)new DeviceGroup(group_);
+    for (auto& p : plans_) (void)p.release();
+    for (auto& r : retiring_) (void)r.plan.release();
+    (void)new std::shared_ptr<Generation>(generation_);
+    for (auto& c : ctx_) {
+      (void)new Timeline(std::move(c.compute));
+      (void)new Timeline(std::move(c.transfer));
+    }
+  }
+
+  std::size_t size() const { return group_.size(); }
+  const DeviceGroup& group() const { return group_; }
+  const Options& options() const { return options_; }
+  static constexpr SyncKind sync_kind() { return Sync::kind; }
+
+  // The error that failed this communicator, if any. A failed communicator refuses new
+  // calls; build a new one.
+  std::optional<Error> failure() const { return health_->error(); }
+
+  // Host staging this communicator holds now, in bytes (all devices).
+  std::uint64_t staging_bytes() const { return generation_ ? generation_->host_bytes_total() : 0; }
+
+  // What the last call chose.
+  const CallInfo& last_call() const { return last_call_; }
+
+  // Sums `spans` (one per device, f32, in place) across the group. Bad input throws
+  // Error(invalid_argument) with nothing enqueued and nothing changed.
+  Ticket allreduce(std::span<const BufferSpan> spans, const AllreduceArgs& args = {}) {
+    if (auto e = health_->error())
+      throw Error(ErrorCode::failed, std::string("this communicator failed earlier (") + e->what() + "); create a new one");
+    validate(spans, args);
+    const std::size_t n = size(), count = spans[0].count;
+    std::uint32_t mask = 0;
+    for (std::size_t d = 0; d < n; ++d)
+      if (args.contributes.empty() || args.contributes[d]) mask |= 1u << d;
+    if (count == 0 || (n == 1 && (mask & 1u))) {
+      last_call_ = {"none", args.wire.value_or(options_.wire_for(count * sizeof(float)))};
+      return noop_ticket(args);
+    }
+
+    const ScheduleRequest rq = schedule_request(count, args.wire, mask);
+    retire();
+    PlanType& plan = plan_for(rq, spans);
+    const auto parity = static_cast<std::uint32_t>(calls_ % options_.depth);
+    wait_for_slot_set(parity);
+    for (std::size_t d = 0; d < n; ++d)
+      if (!plan.submits[d][parity].recorded)
+        detail::record_device(plan, d, parity, ctx_, [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); });
+    last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
+    return submit(plan, parity, args);
+  }
+
+  Ticket allreduce(std::initializer_list<BufferSpan> spans, const AllreduceArgs& args = {}) {
+    return allreduce(std::span<const BufferSpan>(spans.begin(), spans.size()), args);
+  }
+
+  // The request a call of `count` values (wire override, contributing mask) schedules:
+  // Algo::build(schedule_request(...)) is exactly the schedule it runs.
+  ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
+                                   std::uint32_t contributing = ~0u) const {
+    const std::size_t n = size();
+    ScheduleRequest rq;
+    rq.devices = static_cast<std::uint32_t>(n);
+    rq.count = count;
+    rq.wire = wire.value_or(options_.wire_for(count * sizeof(float)));
+    rq.contributing = n >= 32 ? contributing : contributing & ((1u << n) - 1u);
+    rq.piece_elems = std::max(wire_block, options_.piece_bytes / sizeof(float) / wire_block * wire_block);
+    rq.lanes = options_.lanes;
+    rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
+    rq.oneshot_max_bytes = options_.oneshot_max_bytes;
+    return rq;
+  }
+
+ private:
+  struct Retired {
+    std::unique_ptr<PlanType> plan;
+    std::shared_ptr<Generation> generation;
+    std::vector<std::uint64_t> values;  // [role * n + device]
+  };
+
+  void init(std::size_t n) {
+    ctx_.resize(n);
+    std::vector<vk::Semaphore> sources(n);
+    for (std::size_t d = 0; d < n; ++d) {
+      auto& c = ctx_[d];
+      c.device = &group_[d];
+      const vk::Device vkd = c.device->handle();
+      c.compute = Timeline(vkd);
+      c.transfer = Timeline(vkd, exportable_sources());
+      c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
+      vk::CommandPoolCreateInfo pool_info({}, c.device->compute_queue().family());
+      detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.compute_pool), "vkCreateCommandPool");
+      if (c.device->transfer_queue().family() == c.device->compute_queue().family()) {
+        c.transfer_pool = c.compute_pool;
+      } else {
+        pool_info.queueFamilyIndex = c.device->transfer_queue().family();
+        detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.transfer_pool), "vkCreateCommandPool");
+      }
+      sources[d] = c.transfer.handle();
+    }
+    sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources),
+                                   std::min<std::chrono::nanoseconds>(options_.timeout, std::chrono::seconds(1)),
+                                   [h = health_](const Error& e) { h->fail(e); });
+    slot_done_.assign(options_.depth, std::vector<std::uint64_t>(2 * n, 0));
+  }
+
+  static constexpr bool exportable_sources() {
+    if constexpr (requires { Sync::exports_sources; }) return Sync::exports_sources;
+    else return false;
+  }
+
+  void validate(std::span<const BufferSpan> spans, const AllreduceArgs& args) const {
+    const std::size_t n = size();
+    auto bad = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, what); };
+    if (spans.size() != n)
+      bad("allreduce got " + std::to_string(spans.size()) + " spans for a group of " + std::to_string(n) + " devices");
+    if (!args.ready.empty() && args.ready.size() != n)
+      bad("allreduce got " + std::to_string(args.ready.size()) + " ready points for " + std::to_string(n) + " devices");
+    if (!args.contributes.empty() && args.contributes.size() != n)
+      bad("allreduce got " + std::to_string(args.contributes.size()) + " contribution flags for " + std::to_string(n) + " devices");
+    const std::size_t count = spans[0].count;
+    for (std::size_t d = 0; d < n; ++d) {
+      const BufferSpan& s = spans[d];
+      const std::string who = "span " + std::to_string(d);
+      if (s.count != count)
+        bad(who + " has " + std::to_string(s.count) + " values but span 0 has " + std::to_string(count) +
+            ": every device must reduce the same count");
+      if (count == 0) continue;
+      const auto& caps = group_[d].capabilities();
+      if (!s.buffer) bad(who + " has no buffer");
+      if (count > 0xFFFFFFFFull) bad(who + ": at most 2^32-1 values per call");
+      const vk::DeviceSize align = std::max<vk::DeviceSize>(caps.min_storage_offset_alignment, sizeof(float));
+      if (s.offset % align)
+        bad(who + "'s offset " + std::to_string(s.offset) + " is not a multiple of " + std::to_string(align) +
+            " (minStorageBufferOffsetAlignment of device " + std::to_string(d) + ")");
+      if (s.bytes() > caps.max_storage_buffer_range)
+        bad(who + " is " + std::to_string(s.bytes()) + " bytes, more than device " + std::to_string(d) +
+            "'s maxStorageBufferRange (" + std::to_string(caps.max_storage_buffer_range) + ")");
+      vk::DeviceSize size = s.buffer_size;
+      if (!size) {
+        vk::MemoryRequirements req;
+        group_[d].handle().getBufferMemoryRequirements(s.buffer, &req);
+        size = req.size;
+      }
+      if (s.offset + s.bytes() > size)
+        bad(who + " (offset " + std::to_string(s.offset) + ", " + std::to_string(count) + " values) ends past the end of its buffer (" +
+            std::to_string(size) + " bytes)");
+    }
+  }
+
+  Ticket noop_ticket(const AllreduceArgs& args) {
+    std::vector<TimelinePoint> done(size());
+    std::vector<Ticket::DeviceWait> waits(size());
+    for (std::size_t d = 0; d < size(); ++d) {
+      auto& c = ctx_[d];
+      if (!args.ready.empty() && args.ready[d].semaphore) done[d] = args.ready[d];
+      else done[d] = {c.compute.handle(), c.submitted[0]};
+      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
+    }
+    return Ticket(std::move(done), std::move(waits), health_, options_.timeout);
+  }
+
+  detail::PlanKey key_for(const ScheduleRequest& rq, std::span<const BufferSpan> spans) const {
+    detail::PlanKey key;
+    key.count = rq.count;
+    key.wire = rq.wire;
+    key.contributing = rq.contributing;
+    key.spans.reserve(spans.size());
+    for (const auto& s : spans) key.spans.push_back({static_cast<VkBuffer>(s.buffer), s.offset});
+    return key;
+  }
+
+  static std::uint64_t max_of(const std::vector<std::uint64_t>& v) {
+    std::uint64_t m = 0;
+    for (auto x : v) m = std::max(m, x);
+    return m;
+  }
+
+  PlanType& plan_for(const ScheduleRequest& rq, std::span<const BufferSpan> spans) {
+    detail::PlanKey key = key_for(rq, spans);
+    auto it = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p->key == key; });
+    std::optional<Schedule> built;
+    std::uint64_t host_need, scratch_need;
+    if (it != plans_.end()) {
+      host_need = max_of((*it)->schedule.host_bytes);
+      scratch_need = max_of((*it)->schedule.scratch_bytes);
+    } else {
+      built = Algo::build(rq);
+      host_need = max_of(built->host_bytes);
+      scratch_need = max_of(built->scratch_bytes);
+      for (std::size_t d = 0; d < size(); ++d)
+        if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
+          throw Error(ErrorCode::unsupported,
+                      std::string(built->algorithm) + " needs " + std::to_string(scratch_need) +
+                          " bytes of scratch for this call, more than device " + std::to_string(d) +
+                          " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
+    }
+    const auto host_cap = host_capacity_.update(host_need);
+    const auto scratch_cap = scratch_capacity_.update(scratch_need);
+    if (!generation_ || host_cap || scratch_cap) {
+      auto fresh = std::make_shared<Generation>(group_, host_capacity_.current(), options_.depth, scratch_capacity_.current());
+      retire_generation();
+      generation_ = std::move(fresh);
+      it = plans_.end();
+      if (!built) built = Algo::build(rq);
+    }
+    if (it != plans_.end()) {
+      if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
+      return *plans_.front();
+    }
+    plans_.push_front(make_plan(std::move(key), std::move(*built), spans));
+    if (plans_.size() > max_plans) {
+      retire_plan(std::move(plans_.back()));
+      plans_.pop_back();
+    }
+    return *plans_.front();
+  }
+
+  std::unique_ptr<PlanType> make_plan(detail::PlanKey key, Schedule schedule, std::span<const BufferSpan> spans) {
+    const std::size_t n = size();
+    auto plan = std::make_unique<PlanType>();
+    plan->key = std::move(key);
+    plan->schedule = std::move(schedule);
+    plan->generation = generation_;
+    plan->descriptor_pools.assign(n, nullptr);
+    plan->descriptor_sets.assign(n, nullptr);
+    plan->submits.resize(n);
+    for (auto& s : plan->submits) s.resize(options_.depth);
+    plan->last_use[0].assign(n, 0);
+    plan->last_use[1].assign(n, 0);
+    try {
+      for (std::size_t d = 0; d < n; ++d) {
+        const vk::Device vkd = group_[d].handle();
+        vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, 2);
+        vk::DescriptorPoolCreateInfo pool_info({}, 1, 1, &pool_size);
+        detail::check(vkd.createDescriptorPool(&pool_info, nullptr, &plan->descriptor_pools[d]), "vkCreateDescriptorPool");
+        const vk::DescriptorSetLayout layout = group_[d].kernels().set_layout();
+        vk::DescriptorSetAllocateInfo set_info(plan->descriptor_pools[d], 1, &layout);
+        detail::check(vkd.allocateDescriptorSets(&set_info, &plan->descriptor_sets[d]), "vkAllocateDescriptorSets");
+        const vk::DescriptorBufferInfo user(spans[d].buffer, spans[d].offset, spans[d].bytes());
+        const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0, VK_WHOLE_SIZE);
+        const vk::WriteDescriptorSet writes[2] = {
+            vk::WriteDescriptorSet(plan->descriptor_sets[d], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user),
+            vk::WriteDescriptorSet(plan->descriptor_sets[d], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &scratch)};
+        vkd.updateDescriptorSets(2, writes, 0, nullptr);
+      }
+    } catch (...) {
+      plan->destroy(ctx_);
+      throw;
+    }
+    plan->final_compute.assign(n, ~0u);
+    for (std::size_t d = 0; d < n; ++d) {
+      std::uint32_t k = 0;
+      for (const auto& b : plan->schedule.devices[d].batches)
+        if (b.role == Role::compute) plan->final_compute[d] = k++;
+    }
+    return plan;
+  }
+
+  // Blocks (bounded) until every device finished the call that last used slot set `parity`.
+  void wait_for_slot_set(std::uint32_t parity) {
+    const auto& need = slot_done_[parity];
+    wait_values(need, "the call that last used this staging slot set");
+  }
+
+  void wait_values(const std::vector<std::uint64_t>& need, const std::string& what) {
+    const std::size_t n = size();
+    for (std::size_t d = 0; d < n; ++d) {
+      auto& c = ctx_[d];
+      if (c.completed[0] >= need[d] && c.completed[1] >= need[n + d]) continue;
+      const vk::Semaphore sems[2] = {c.compute.handle(), c.transfer.handle()};
+      const std::uint64_t values[2] = {need[d], need[n + d]};
+      const vk::Result r = detail::wait_all(c.device->handle(), sems, values, options_.timeout);
+      if (r != vk::Result::eSuccess) {
+        const Error e(r == vk::Result::eTimeout ? ErrorCode::timeout : detail::code_for(r),
+                      "device " + std::to_string(d) + " did not finish " + what + " within the timeout (" + vk::to_string(r) + ")", r);
+        health_->fail(e);
+        sync_->release_waiters();
+        throw e;
+      }
+      c.completed[0] = std::max(c.completed[0], need[d]);
+      c.completed[1] = std::max(c.completed[1], need[n + d]);
+    }
+  }
+
+  Ticket submit(PlanType& plan, std::uint32_t parity, const AllreduceArgs& args) {
+    const std::size_t n = size();
+    for (std::size_t d = 0; d < n; ++d) {
+      auto& sub = plan.submits[d][parity];
+      auto& c = ctx_[d];
+      for (std::size_t w = 0; w < sub.wait_rules.size(); ++w) {
+        const auto& rule = sub.wait_rules[w];
+        switch (rule.kind) {
+          case detail::WaitRule::Kind::ready:
+            if (!args.ready.empty() && args.ready[d].semaphore) {
+              sub.wait_semaphores[w] = args.ready[d].semaphore;
+              sub.wait_values[w] = args.ready[d].value;
+            } else {
+              sub.wait_semaphores[w] = c.compute.handle();
+              sub.wait_values[w] = c.submitted[0];
+            }
+            break;
+          case detail::WaitRule::Kind::previous_call:
+            sub.wait_values[w] = c.submitted[1];
+            break;
+          case detail::WaitRule::Kind::batch:
+            sub.wait_values[w] = ctx_[rule.ref.device].submitted[static_cast<int>(rule.ref.role)] + rule.ref.index + 1;
+            break;
+        }
+      }
+      for (std::size_t s = 0; s < sub.signal_rules.size(); ++s)
+        sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;
+    }
+    for (std::size_t d = 0; d < n; ++d) {
+      auto& sub = plan.submits[d][parity];
+      auto& c = ctx_[d];
+      for (auto& g : sub.groups) {
+        if (g.infos.empty()) continue;
+        const vk::Result r = c.queue(g.role).submit(g.infos);
+        if (r != vk::Result::eSuccess) {
+          const Error e(detail::code_for(r), "vkQueueSubmit on device " + std::to_string(d) + ": " + vk::to_string(r), r);
+          health_->fail(e);
+          sync_->release_waiters();
+          throw e;
+        }
+      }
+    }
+    // Only now tell the sync policy what the queues wait for, so that no value is
+    // signalled to a device before its wait on that value was submitted.
+    for (std::size_t d = 0; d < n; ++d)
+      for (const auto& [src, index] : plan.submits[d][parity].expects)
+        sync_->expect(static_cast<std::uint32_t>(d), src, ctx_[src].submitted[1] + index + 1);
+    std::vector<TimelinePoint> done(n);
+    std::vector<Ticket::DeviceWait> waits(n);
+    auto& slot = slot_done_[parity];
+    for (std::size_t d = 0; d < n; ++d) {
+      auto& c = ctx_[d];
+      const auto& sched = plan.schedule.devices[d];
+      const std::uint64_t compute_base = c.submitted[0];
+      c.submitted[0] += sched.count(Role::compute);
+      c.submitted[1] += sched.count(Role::transfer);
+      if (plan.final_compute[d] != ~0u) done[d] = {c.compute.handle(), compute_base + plan.final_compute[d] + 1};
+      else if (!args.ready.empty() && args.ready[d].semaphore) done[d] = args.ready[d];
+      else done[d] = {c.compute.handle(), compute_base};
+      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
+      slot[d] = plan.last_use[0][d] = c.submitted[0];
+      slot[n + d] = plan.last_use[1][d] = c.submitted[1];
+    }
+    ++calls_;
+    return Ticket(std::move(done), std::move(waits), health_, options_.timeout);
+  }
+
+  std::vector<std::uint64_t> submitted_values() const {
+    const std::size_t n = size();
+    std::vector<std::uint64_t> v(2 * n);
+    for (std::size_t d = 0; d < n; ++d) {
+      v[d] = ctx_[d].submitted[0];
+      v[n + d] = ctx_[d].submitted[1];
+    }
+    return v;
+  }
+
+  void retire_plan(std::unique_ptr<PlanType> plan) {
+    std::vector<std::uint64_t> values(plan->last_use[0]);
+    values.insert(values.end(), plan->last_use[1].begin(), plan->last_use[1].end());
+    retiring_.push_back({std::move(plan), nullptr, std::move(values)});
+  }
+
+  void retire_generation() {
+    for (auto& p : plans_) retire_plan(std::move(p));
+    plans_.clear();
+    if (generation_) retiring_.push_back({nullptr, std::move(generation_), submitted_values()});
+  }
+
+  // Frees what retired: plans and staging whose last use every device has finished.
+  void retire() {
+    if (retiring_.empty()) return;
+    const std::size_t n = size();
+    for (auto& c : ctx_) {
+      for (int r = 0; r < 2; ++r) {
+        std::uint64_t v = 0;
+        if (c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v) == vk::Result::eSuccess)
+          c.completed[r] = std::max(c.completed[r], v);
+      }
+    }
+    retiring_.remove_if([&](Retired& r) {
+      for (std::size_t d = 0; d < n; ++d)
+        if (ctx_[d].completed[0] < r.values[d] || ctx_[d].completed[1] < r.values[n + d]) return false;
+      if (r.plan) r.plan->destroy(ctx_);
+      return true;
+    });
+  }
+
+  // Waits up to `timeout` for everything submitted to finish.
+  bool drain(std::chrono::nanoseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (auto& c : ctx_) {
+      const vk::Semaphore sems[2] = {c.compute.handle(), c.transfer.handle()};
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+      if (detail::wait_all(c.device->handle(), sems, c.submitted, left) != vk::Result::eSuccess) return false;
+    }
+    return true;
+  }
+
+  void release_all() {
+    for (auto& p : plans_) p->destroy(ctx_);
+    plans_.clear();
+    for (auto& r : retiring_)
+      if (r.plan) r.plan->destroy(ctx_);
+    retiring_.clear();
+    generation_.reset();
+    sync_.reset();
+    for (auto& c : ctx_) {
+      const vk::Device vkd = c.device->handle();
+      if (c.transfer_pool && c.transfer_pool != c.compute_pool) vkd.destroyCommandPool(c.transfer_pool);
+      if (c.compute_pool) vkd.destroyCommandPool(c.compute_pool);
+    }
+    ctx_.clear();
+  }
+
+  DeviceGroup group_;
+  Options options_;
+  std::shared_ptr<detail::Health> health_;
+  std::vector<detail::DeviceContext> ctx_;
+  std::unique_ptr<Sync> sync_;
+  Capacity host_capacity_, scratch_capacity_;
+  std::shared_ptr<Generation> generation_;
+  std::list<std::unique_ptr<PlanType>> plans_;  // most recently used first
+  std::list<Retired> retiring_;
+  std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
+  std::uint64_t calls_ = 0;
+  CallInfo last_call_;
+};
+
+}  // namespace tpar::inline v0

@@ -1,0 +1,100 @@
+// Ticket — what allreduce returns: per device a "done" timeline point the caller's next
+// submission can wait on (no host round trip), and a bounded host wait.
+#pragma once
+
+#include <tpar/core/error.hpp>
+#include <tpar/core/timeline_point.hpp>
+#include <tpar/sync/timeline.hpp>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace tpar::inline v0 {
+
+namespace detail {
+
+// A communicator's health, shared with its tickets and its sync policy's threads: the
+// first failure, after which the communicator refuses new calls until rebuilt.
+class Health {
+ public:
+  void fail(const Error& e) {
+    std::lock_guard lock(mutex_);
+    if (!error_) error_ = e;
+  }
+  std::optional<Error> error() const {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<Error> error_;
+};
+
+}  // namespace detail
+
+class Ticket {
+ public:
+  struct DeviceWait {
+    vk::Device device;
+    vk::Semaphore semaphores[2];  // compute, transfer timelines
+    std::uint64_t values[2] = {0, 0};
+  };
+
+  Ticket() = default;
+  Ticket(std::vector<TimelinePoint> done, std::vector<DeviceWait> waits, std::shared_ptr<detail::Health> health,
+         std::chrono::nanoseconds default_timeout)
+      : done_(std::move(done)), waits_(std::move(waits)), health_(std::move(health)), timeout_(default_timeout) {}
+
+  // Per device: the result is in its buffer once this point is reached. Valid while the
+  // communicator that returned the ticket lives.
+  const std::vector<TimelinePoint>& done() const { return done_; }
+  const TimelinePoint& done(std::size_t device) const { return done_.at(device); }
+
+  // True when every device finished this call (and everything tpar queued before it).
+  bool ready() const {
+    for (const auto& w : waits_)
+      for (int i = 0; i < 2; ++i) {
+        std::uint64_t v = 0;
+        if (w.device.getSemaphoreCounterValue(w.semaphores[i], &v) != vk::Result::eSuccess || v < w.values[i])
+          return false;
+      }
+    return true;
+  }
+
+  // Blocks until the call finished on every device, at most `timeout` (default: the
+  // communicator's). Throws Error(timeout) or Error(device_lost); either leaves the
+  // communicator failed.
+  void wait(std::optional<std::chrono::nanoseconds> timeout = std::nullopt) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(timeout_);
+    for (std::size_t d = 0; d < waits_.size(); ++d) {
+      const auto& w = waits_[d];
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+      const vk::Result r = detail::wait_all(w.device, w.semaphores, w.values, left);
+      if (r == vk::Result::eSuccess) continue;
+      const Error e = r == vk::Result::eTimeout
+                          ? Error(ErrorCode::timeout,
+                                  "allreduce did not finish on device " + std::to_string(d) + " within " +
+                                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                         timeout.value_or(timeout_)).count()) +
+                                      " ms: a ready point was not signalled, or a device stalled",
+                                  r)
+                          : Error(detail::code_for(r), "waiting for allreduce on device " + std::to_string(d) + ": " + vk::to_string(r), r);
+      if (health_) health_->fail(e);
+      throw e;
+    }
+    if (health_)
+      if (auto e = health_->error()) throw *e;
+  }
+
+ private:
+  std::vector<TimelinePoint> done_;
+  std::vector<DeviceWait> waits_;
+  std::shared_ptr<detail::Health> health_;
+  std::chrono::nanoseconds timeout_{std::chrono::seconds(10)};
+};
+
+}  // namespace tpar::inline v0

@@ -1,0 +1,251 @@
+// A recorded plan: one schedule's batches as command buffers on every device, per slot
+// set ("parity"), with the submit structures prebuilt so a call only writes timeline
+// values into them: no allocation and no recording on the hot path.
+#pragma once
+
+#include <tpar/core/buffer_span.hpp>
+#include <tpar/core/timeline_point.hpp>
+#include <tpar/sync/schedule.hpp>
+#include <tpar/sync/timeline.hpp>
+
+#include <array>
+#include <memory>
+#include <vector>
+
+namespace tpar::inline v0::detail {
+
+struct SpanKey {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  vk::DeviceSize offset = 0;
+  bool operator==(const SpanKey&) const = default;
+};
+
+struct PlanKey {
+  std::size_t count = 0;
+  Wire wire = Wire::f32;
+  std::uint32_t contributing = 0;
+  std::string_view algorithm;
+  std::vector<SpanKey> spans;
+  bool operator==(const PlanKey&) const = default;
+};
+
+// Per device: its compute and transfer timelines, and its command pools.
+struct DeviceContext {
+  Device* device = nullptr;
+  Timeline compute, transfer;
+  vk::CommandPool compute_pool, transfer_pool;  // equal when both queues share a family
+  bool merged = false;                          // one queue does both roles
+  std::uint64_t submitted[2] = {0, 0};          // last value submitted, by Role
+  std::uint64_t completed[2] = {0, 0};          // last value seen reached (a cache)
+
+  Queue& queue(Role r) { return r == Role::compute ? device->compute_queue() : device->transfer_queue(); }
+  Timeline& timeline(Role r) { return r == Role::compute ? compute : transfer; }
+  vk::CommandPool pool(Role r) const { return r == Role::compute ? compute_pool : transfer_pool; }
+};
+
+struct WaitRule {
+  enum class Kind : std::uint8_t { ready, previous_call, batch };
+  Kind kind = Kind::batch;
+  BatchRef ref;
+};
+
+// Everything one device submits for one plan and parity.
+struct DeviceSubmit {
+  struct Group {
+    Role role = Role::compute;  // the queue (merged: compute)
+    std::vector<vk::SubmitInfo> infos;
+    std::vector<vk::TimelineSemaphoreSubmitInfo> timeline_infos;
+  };
+  std::vector<vk::CommandBuffer> command_buffers;  // by batch
+  std::vector<Group> groups;
+  std::vector<vk::Semaphore> wait_semaphores;
+  std::vector<vk::PipelineStageFlags> wait_stages;
+  std::vector<std::uint64_t> wait_values;
+  std::vector<WaitRule> wait_rules;
+  std::vector<vk::Semaphore> signal_semaphores;
+  std::vector<std::uint64_t> signal_values;
+  std::vector<std::pair<Role, std::uint32_t>> signal_rules;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> expects;  // (source device, transfer index), in order
+  bool recorded = false;
+};
+
+template <class Generation>
+struct Plan {
+  PlanKey key;
+  Schedule schedule;
+  std::shared_ptr<Generation> generation;
+  std::vector<vk::DescriptorPool> descriptor_pools;  // by device
+  std::vector<vk::DescriptorSet> descriptor_sets;    // by device
+  std::vector<std::vector<DeviceSubmit>> submits;    // [device][parity]
+  std::vector<std::uint32_t> final_compute;          // by device: index of its last compute batch (or ~0)
+  std::vector<std::uint64_t> last_use[2];            // by role, by device: values after its last call
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  void destroy(std::vector<DeviceContext>& ctx) {
+    for (std::size_t d = 0; d < ctx.size(); ++d) {
+      const vk::Device dev = ctx[d].device->handle();
+      for (auto& sub : submits[d]) {
+        if (sub.command_buffers.empty()) continue;
+        const auto& batches = schedule.devices[d].batches;
+        for (std::size_t b = 0; b < batches.size(); ++b)
+          if (sub.command_buffers[b]) dev.freeCommandBuffers(ctx[d].pool(batches[b].role), 1, &sub.command_buffers[b]);
+      }
+      if (descriptor_pools[d]) dev.destroyDescriptorPool(descriptor_pools[d]);
+    }
+    submits.clear();
+    descriptor_pools.clear();
+  }
+};
+
+// Records `plan`'s batches of device `d` for `parity` into command buffers and builds
+// their submit structures. `peer_semaphore(src)`: what device d waits on for src's uploads.
+template <class Generation, class PeerSemaphore>
+void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, std::vector<DeviceContext>& ctx,
+                   PeerSemaphore&& peer_semaphore) {
+  DeviceContext& c = ctx[d];
+  Device& dev = *c.device;
+  const vk::Device vkd = dev.handle();
+  const Generation& gen = *plan.generation;
+  const auto& batches = plan.schedule.devices[d].batches;
+  DeviceSubmit& sub = plan.submits[d][parity];
+  KernelSet& kernels = dev.kernels();
+  const Wire wire = plan.schedule.wire;
+
+  auto buffer_of = [&](const Region& r) -> std::pair<vk::Buffer, vk::DeviceSize> {
+    if (r.kind == Region::Kind::scratch) return {gen.scratch(d), r.offset};
+    return {gen.host_buffer(d, r.host_owner), gen.slot_offset(parity) + r.offset};
+  };
+
+  sub.command_buffers.assign(batches.size(), nullptr);
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    const Batch& batch = batches[b];
+    vk::CommandBufferAllocateInfo ai(c.pool(batch.role), vk::CommandBufferLevel::ePrimary, 1);
+    check(vkd.allocateCommandBuffers(&ai, &sub.command_buffers[b]), "vkAllocateCommandBuffers");
+    vk::CommandBuffer cb = sub.command_buffers[b];
+    vk::CommandBufferBeginInfo begin;
+    check(cb.begin(&begin), "vkBeginCommandBuffer");
+    const bool compute = batch.role == Role::compute;
+    const vk::PipelineStageFlags stages =
+        compute ? vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer
+                : vk::PipelineStageFlags(vk::PipelineStageFlagBits::eTransfer);
+    const vk::AccessFlags writes = compute ? vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite
+                                           : vk::AccessFlags(vk::AccessFlagBits::eTransferWrite);
+    const vk::AccessFlags all = writes | (compute ? vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eTransferRead
+                                                  : vk::AccessFlags(vk::AccessFlagBits::eTransferRead));
+    // Whatever ran before on this queue (an earlier batch, an earlier call) is done with
+    // the memory this batch touches.
+    const vk::MemoryBarrier full(writes, all);
+    cb.pipelineBarrier(stages, stages, {}, 1, &full, 0, nullptr, 0, nullptr);
+    bool bound = false;
+    for (const Command& cmd : batch.commands) {
+      switch (cmd.type) {
+        case Command::Type::copy: {
+          if (!cmd.bytes) break;
+          const auto [src, src_off] = buffer_of(cmd.src);
+          const auto [dst, dst_off] = buffer_of(cmd.dst);
+          const vk::BufferCopy region(src_off, dst_off, cmd.bytes);
+          cb.copyBuffer(src, dst, 1, &region);
+          break;
+        }
+        case Command::Type::barrier:
+          cb.pipelineBarrier(stages, stages, {}, 1, &full, 0, nullptr, 0, nullptr);
+          break;
+        case Command::Type::host_barrier: {
+          const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
+          cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0,
+                             nullptr, 0, nullptr);
+          break;
+        }
+        case Command::Type::kernel: {
+          cb.bindPipeline(vk::PipelineBindPoint::eCompute, kernels.pipeline(cmd.kernel, wire));
+          if (!bound) {
+            cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, kernels.layout(), 0, 1, &plan.descriptor_sets[d], 0, nullptr);
+            bound = true;
+          }
+          cb.pushConstants(kernels.layout(), vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &cmd.args);
+          cb.dispatch(kernel_groups(cmd.args.count, dev.capabilities().max_workgroups_x), 1, 1);
+          break;
+        }
+      }
+    }
+    check(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb), "vkEndCommandBuffer");
+  }
+
+  // Submit structures: count first, so the vectors never reallocate under the pointers.
+  std::size_t waits = 0;
+  for (const Batch& b : batches) waits += b.waits.size() + b.wait_ready + b.wait_previous_call;
+  sub.wait_semaphores.assign(waits, nullptr);
+  sub.wait_stages.assign(waits, vk::PipelineStageFlagBits::eAllCommands);
+  sub.wait_values.assign(waits, 0);
+  sub.wait_rules.assign(waits, {});
+  sub.signal_semaphores.assign(batches.size(), nullptr);
+  sub.signal_values.assign(batches.size(), 0);
+  sub.signal_rules.assign(batches.size(), {});
+  sub.groups.clear();
+  if (c.merged) {
+    sub.groups.resize(1);
+  } else {
+    sub.groups.resize(2);
+    sub.groups[0].role = Role::transfer;
+    sub.groups[1].role = Role::compute;
+  }
+  for (auto& g : sub.groups) {
+    std::size_t k = 0;
+    for (const Batch& b : batches) k += c.merged || b.role == g.role;
+    g.infos.resize(k);
+    g.timeline_infos.resize(k);
+  }
+  sub.expects.clear();
+  std::uint32_t role_index[2] = {0, 0};
+  std::size_t w = 0;
+  std::size_t next_in_group[2] = {0, 0};
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    const Batch& batch = batches[b];
+    const std::size_t first_wait = w;
+    if (batch.wait_ready) {
+      sub.wait_rules[w] = {WaitRule::Kind::ready, {}};
+      ++w;
+    }
+    if (batch.wait_previous_call) {
+      sub.wait_rules[w] = {WaitRule::Kind::previous_call, {}};
+      sub.wait_semaphores[w] = c.transfer.handle();
+      ++w;
+    }
+    for (const BatchRef& ref : batch.waits) {
+      sub.wait_rules[w] = {WaitRule::Kind::batch, ref};
+      if (ref.device == d) {
+        sub.wait_semaphores[w] = c.timeline(ref.role).handle();
+      } else {
+        sub.wait_semaphores[w] = peer_semaphore(ref.device);
+        sub.expects.emplace_back(ref.device, ref.index);
+      }
+      ++w;
+    }
+    const int r = static_cast<int>(batch.role);
+    sub.signal_semaphores[b] = c.timeline(batch.role).handle();
+    sub.signal_rules[b] = {batch.role, role_index[r]++};
+    const std::size_t gi = c.merged ? 0 : (batch.role == Role::transfer ? 0 : 1);
+    auto& group = sub.groups[gi];
+    const std::size_t k = next_in_group[gi]++;
+    auto& ti = group.timeline_infos[k];
+    ti.waitSemaphoreValueCount = static_cast<std::uint32_t>(w - first_wait);
+    ti.pWaitSemaphoreValues = sub.wait_values.data() + first_wait;
+    ti.signalSemaphoreValueCount = 1;
+    ti.pSignalSemaphoreValues = &sub.signal_values[b];
+    auto& info = group.infos[k];
+    info.pNext = &ti;
+    info.waitSemaphoreCount = static_cast<std::uint32_t>(w - first_wait);
+    info.pWaitSemaphores = sub.wait_semaphores.data() + first_wait;
+    info.pWaitDstStageMask = sub.wait_stages.data() + first_wait;
+    info.commandBufferCount = 1;
+    info.pCommandBuffers = &sub.command_buffers[b];
+    info.signalSemaphoreCount = 1;
+    info.pSignalSemaphores = &sub.signal_semaphores[b];
+  }
+  sub.recorded = true;
+}
+
+}  // namespace tpar::inline v0::detail

@@ -1,0 +1,307 @@
+// The communicator's contracts beyond the sums: devices that contribute nothing, long
+// runs with staging that grows and shrinks, no CPU when idle, bounded waits on a ready
+// point that never comes, bad input refused with nothing enqueued or changed, results
+// chained to the caller's own GPU work, and the environment overrides.
+#include <doctest/doctest.h>
+#include <tpar/comm/any_communicator.hpp>
+
+#include "support/numerics.hpp"
+#include "support/rig.hpp"
+#include "support/simulate.hpp"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+using namespace tpar;
+using namespace tpar_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+Options test_opts() {
+  Options o;
+  o.timeout = test_timeout;
+  return o;
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+ErrorCode code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    MESSAGE(std::string(e.what()));
+    return e.code_value();
+  }
+  return ErrorCode{};
+}
+
+// A timeline semaphore the test owns on one device.
+struct TestTimeline {
+  vk::Device device;
+  vk::Semaphore semaphore;
+  explicit TestTimeline(vk::Device d) : device(d) {
+    vk::SemaphoreTypeCreateInfo type(vk::SemaphoreType::eTimeline, 0);
+    vk::SemaphoreCreateInfo info({}, &type);
+    REQUIRE(device.createSemaphore(&info, nullptr, &semaphore) == vk::Result::eSuccess);
+  }
+  ~TestTimeline() { device.destroySemaphore(semaphore); }
+  void signal(std::uint64_t v) const {
+    vk::SemaphoreSignalInfo s(semaphore, v);
+    REQUIRE(device.signalSemaphore(&s) == vk::Result::eSuccess);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("devices that contribute nothing count as zeros and still receive the sum") {
+  VkEnv env(4);
+  for (AlgoChoice algo : {AlgoChoice::oneshot, AlgoChoice::ring})
+    for (Wire wire : all_wires) {
+      CAPTURE(to_string(algo));
+      CAPTURE(to_string(wire));
+      Options o = test_opts();
+      o.algo = algo;
+      o.wire = wire;
+      Communicator<ProxyBridge> comm(env.group(), o);
+      const std::size_t count = 50000;
+      Rig rig(env.group(), count);
+      auto x = integer_inputs(4, count, 5);
+      const bool contributes[4] = {true, false, true, false};
+      const auto expect = integer_sum(x, 0b0101);
+      for (int d : {1, 3}) std::fill(x[d].begin(), x[d].end(), std::nanf(""));  // garbage
+      rig.write(x);
+      comm.allreduce(rig.spans(), {.contributes = contributes}).wait();
+      for (const auto& r : rig.read()) REQUIRE(bit_identical(r, expect));
+      // Nobody contributes: zeros everywhere.
+      const bool none[4] = {false, false, false, false};
+      rig.write(x);
+      comm.allreduce(rig.spans(), {.contributes = none}).wait();
+      for (const auto& r : rig.read())
+        for (float v : r) REQUIRE(v == 0.0f);
+    }
+}
+
+TEST_CASE("1000 calls of varying size, several in flight: every result right, staging grows and shrinks") {
+  VkEnv env(3);
+  Options o = test_opts();
+  Communicator<ProxyBridge> comm(env.group(), o);
+  constexpr int in_flight = 4;
+  const std::size_t small = 4096, medium = 70000, large = 1 << 20;
+  std::vector<std::unique_ptr<Rig>> rigs;
+  std::vector<std::vector<std::vector<float>>> inputs(in_flight);
+  std::vector<std::size_t> counts(in_flight);
+  std::uint64_t peak = 0, after_large = 0;
+  int checked = 0;
+  for (int call = 0; call < 1000; call += in_flight) {
+    std::vector<Ticket> tickets;
+    rigs.clear();
+    for (int k = 0; k < in_flight; ++k) {
+      const int i = call + k;
+      // Mostly decode-sized, a medium one now and then, a large burst at 100..107.
+      counts[k] = (i >= 100 && i < 108) ? large : (i % 37 == 0 ? medium : small + (i % 5) * 513);
+      rigs.push_back(std::make_unique<Rig>(env.group(), counts[k]));
+      inputs[k] = integer_inputs(3, counts[k], i);
+      rigs[k]->write(inputs[k]);
+      tickets.push_back(comm.allreduce(rigs[k]->spans()));
+    }
+    for (int k = 0; k < in_flight; ++k) {
+      tickets[k].wait();
+      const auto expect = integer_sum(inputs[k]);
+      for (const auto& r : rigs[k]->read()) REQUIRE(bit_identical(r, expect));
+      ++checked;
+    }
+    peak = std::max(peak, comm.staging_bytes());
+    if (call == 108) after_large = comm.staging_bytes();
+  }
+  CHECK(checked == 1000);
+  MESSAGE("host staging: peak " << peak << " bytes, right after the large calls " << after_large << ", at the end "
+                                << comm.staging_bytes());
+  CHECK(after_large == peak);
+  CHECK(comm.staging_bytes() * 4 < peak);  // shrank once small calls were all it saw
+}
+
+TEST_CASE("an idle communicator costs no CPU") {
+  VkEnv env(4);
+  Communicator<ProxyBridge> comm(env.group(), test_opts());
+  Rig rig(env.group(), 100000);
+  rig.write(integer_inputs(4, 100000, 1));
+  for (int i = 0; i < 5; ++i) comm.allreduce(rig.spans()).wait();
+  std::this_thread::sleep_for(200ms);  // let the bridge threads settle
+  const double before = process_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(1s);
+  const double cpu = process_cpu_seconds() - before;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("idle for " << wall << " s: " << cpu * 1e3 << " ms of CPU");
+  CHECK(cpu < 0.01 * wall);
+}
+
+TEST_CASE("a ready point that never comes: the wait times out within its bound and the communicator is failed") {
+  VkEnv env(2);
+  Options o;
+  o.timeout = 300ms;
+  TestTimeline never(env.group()[0].handle());
+  Rig rig(env.group(), 5000);
+  const auto x = integer_inputs(2, 5000, 9);
+  rig.write(x);
+  {
+    Communicator<ProxyBridge> comm(env.group(), o);
+    const TimelinePoint ready[2] = {{never.semaphore, 1}, {}};
+    Ticket t = comm.allreduce(rig.spans(), {.ready = ready});
+    CHECK_FALSE(t.ready());
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      t.wait();
+      FAIL("no timeout");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::timeout);
+      MESSAGE(std::string(e.what()));
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(waited >= 0.29);
+    CHECK(waited < 2.0);
+    REQUIRE(comm.failure());
+    CHECK(code_of([&] { comm.allreduce(rig.spans()); }) == ErrorCode::failed);
+    // The caller's work arrives after all: tpar's queued work completes, and destroying
+    // the communicator frees everything cleanly (validation watches).
+    never.signal(1);
+  }
+  env.check_validation();
+}
+
+TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
+  VkEnv env(3);
+  Communicator<ProxyBridge> comm(env.group(), test_opts());
+  const std::size_t count = 1000;
+  Rig rig(env.group(), count);
+  const auto x = integer_inputs(3, count, 4);
+  rig.write(x);
+  auto spans = rig.spans();
+  auto refused = [&](std::vector<BufferSpan> s, const AllreduceArgs& args = {}) {
+    CHECK(code_of([&] { comm.allreduce(s, args); }) == ErrorCode::invalid_argument);
+    for (std::size_t d = 0; d < 3; ++d) REQUIRE(bit_identical(rig.buffer(d).read(256, count), x[d]));
+  };
+  refused({spans[0], spans[1]});                      // wrong number of spans
+  auto s = spans;
+  s[1].count = count - 1;                             // count mismatch
+  refused(s);
+  s = spans;
+  s[2].offset = 260;                                  // not a multiple of minStorageBufferOffsetAlignment
+  refused(s);
+  s = spans;
+  s[0].offset = rig.buffer(0).size() - 16;            // runs past the buffer's end
+  refused(s);
+  s = spans;
+  s[1].buffer = vk::Buffer{};                         // no buffer
+  refused(s);
+  const TimelinePoint two_points[2] = {};
+  refused(spans, {.ready = two_points});              // ready points for 2 of 3 devices
+  const bool two_flags[2] = {true, true};
+  refused(spans, {.contributes = two_flags});
+  // Count 0 is a successful no-op.
+  auto empty = spans;
+  for (auto& e : empty) e.count = 0;
+  Ticket t0 = comm.allreduce(empty);
+  CHECK(t0.ready());
+  t0.wait();
+  // Nothing was enqueued by the refused calls: the next call is exact.
+  comm.allreduce(spans).wait();
+  for (const auto& r : rig.read()) CHECK(bit_identical(r, integer_sum(x)));
+}
+
+TEST_CASE("done points order the caller's own GPU work after the sum, with no host wait") {
+  VkEnv env(2);
+  Communicator<ProxyBridge> comm(env.group(), test_opts());
+  const std::size_t count = 300000;
+  Rig rig(env.group(), count);
+  const auto x = integer_inputs(2, count, 8);
+  rig.write(x);
+  std::vector<std::unique_ptr<TestBuffer>> copies;
+  std::vector<std::unique_ptr<TestTimeline>> mine;
+  std::vector<TimelinePoint> ready;
+  for (int d = 0; d < 2; ++d) {
+    mine.push_back(std::make_unique<TestTimeline>(env.group()[d].handle()));
+    ready.push_back({mine[d]->semaphore, 1});
+  }
+  // The caller's "previous layer" finishes later than allreduce is called.
+  Ticket t = comm.allreduce(rig.spans(), {.ready = ready});
+  std::vector<std::pair<vk::Device, vk::CommandPool>> pools;
+  for (int d = 0; d < 2; ++d) {
+    auto& dev = env.group()[d];
+    copies.push_back(std::make_unique<TestBuffer>(dev, count * 4));
+    vk::CommandPool pool;
+    vk::CommandPoolCreateInfo pi({}, dev.compute_queue().family());
+    REQUIRE(dev.handle().createCommandPool(&pi, nullptr, &pool) == vk::Result::eSuccess);
+    vk::CommandBuffer cb;
+    vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
+    REQUIRE(dev.handle().allocateCommandBuffers(&ai, &cb) == vk::Result::eSuccess);
+    vk::CommandBufferBeginInfo bi;
+    REQUIRE(cb.begin(&bi) == vk::Result::eSuccess);
+    const vk::BufferCopy region(256, 0, count * 4);
+    cb.copyBuffer(rig.buffer(d).handle(), copies[d]->handle(), 1, &region);
+    const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
+    cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0, nullptr, 0, nullptr);
+    REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb) == VK_SUCCESS);
+    // Wait on tpar's done point, signal our own timeline to 2.
+    const vk::Semaphore wait_sem = t.done(d).semaphore, signal_sem = mine[d]->semaphore;
+    const std::uint64_t wait_value = t.done(d).value, signal_value = 2;
+    const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
+    vk::TimelineSemaphoreSubmitInfo ti(1, &wait_value, 1, &signal_value);
+    vk::SubmitInfo si(1, &wait_sem, &stage, 1, &cb, 1, &signal_sem, &ti);
+    REQUIRE(dev.compute_queue().submit(std::span(&si, 1)) == vk::Result::eSuccess);
+    pools.emplace_back(dev.handle(), pool);
+  }
+  for (int d = 0; d < 2; ++d) mine[d]->signal(1);  // the "previous layer" is done now
+  for (int d = 0; d < 2; ++d) {
+    const vk::Semaphore sem = mine[d]->semaphore;
+    const std::uint64_t two = 2;
+    REQUIRE(detail::wait_all(env.group()[d].handle(), std::span(&sem, 1), std::span(&two, 1), test_timeout) ==
+            vk::Result::eSuccess);
+  }
+  for (auto [dev, pool] : pools) dev.destroyCommandPool(pool);
+  const auto expect = integer_sum(x);
+  for (int d = 0; d < 2; ++d) CHECK(bit_identical(copies[d]->read(0, count), expect));
+  t.wait();
+}
+
+TEST_CASE("the runtime-selected communicator follows TPAR_SYNC, TPAR_ALGO and TPAR_WIRE") {
+  VkEnv env(2);
+  Rig rig(env.group(), 3000);
+  rig.write(integer_inputs(2, 3000, 2));
+  ::setenv("TPAR_SYNC", "native", 1);
+  try {
+    (void)make_communicator(env.group());
+    FAIL("NativeImport on lavapipe was not refused");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::unsupported);
+    CHECK(std::string(e.what()).find("VK_KHR_external_semaphore_fd") != std::string::npos);
+  }
+  ::setenv("TPAR_SYNC", "proxy", 1);
+  ::setenv("TPAR_ALGO", "ring", 1);
+  ::setenv("TPAR_WIRE", "f16", 1);
+  {
+    auto comm = make_communicator(env.group(), test_opts());
+    CHECK(comm.sync_kind() == SyncKind::proxy_bridge);
+    comm.allreduce(rig.spans()).wait();
+    CHECK(comm.last_call().algorithm == "ring");
+    CHECK(comm.last_call().wire == Wire::f16);
+  }
+  ::setenv("TPAR_ALGO", "bogus", 1);
+  CHECK(code_of([&] { (void)make_communicator(env.group()); }) == ErrorCode::invalid_argument);
+  ::unsetenv("TPAR_SYNC");
+  ::unsetenv("TPAR_ALGO");
+  ::unsetenv("TPAR_WIRE");
+  auto comm = make_communicator(env.group(), test_opts());
+  comm.allreduce(rig.spans()).wait();
+  CHECK(comm.last_call().algorithm == "oneshot");  // 12 KB: small
+  CHECK(comm.last_call().wire == Wire::f32);
+  MESSAGE("sync: " << comm.sync_reason());
+}
