@@ -1,0 +1,587 @@
+// tpar-bench: AllReduce performance and correctness in the manner of nccl-tests'
+// all_reduce_perf. Times back-to-back in-place calls per size, then checks results:
+// integer inputs must come out exact on every device, and random inputs are compared
+// with a double-precision sum. `--link` first measures the host-staging copy bandwidth
+// (device->host, host->device, both at once; each device alone and all together) and
+// then reports each row's efficiency against the bound that bandwidth sets.
+#include <tpar/tpar.hpp>
+
+#include "common/cli.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+VULKAN_HPP_DEFAULT_DISPATCH_LOADER_DYNAMIC_STORAGE
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+const std::string program = "tpar-bench";
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+std::string human_bytes(std::size_t b) {
+  char buf[32];
+  if (b >= (std::size_t{1} << 30) && b % (std::size_t{1} << 30) == 0) std::snprintf(buf, sizeof buf, "%zuG", b >> 30);
+  else if (b >= (std::size_t{1} << 20) && b % (std::size_t{1} << 20) == 0) std::snprintf(buf, sizeof buf, "%zuM", b >> 20);
+  else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%zuK", b >> 10);
+  else std::snprintf(buf, sizeof buf, "%zu", b);
+  return buf;
+}
+
+void die(const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", program.c_str(), what.c_str());
+  std::exit(1);
+}
+
+void vk_check(vk::Result r, const char* what) {
+  if (r != vk::Result::eSuccess) die(std::string(what) + ": " + vk::to_string(r));
+}
+
+// A buffer with its memory, of the kind asked for.
+struct Buffer {
+  vk::Device device;
+  vk::Buffer buffer;
+  vk::DeviceMemory memory;
+  void* mapped = nullptr;
+  std::size_t size = 0;
+
+  Buffer(tpar::Device& dev, std::size_t bytes, bool host_visible) : device(dev.handle()), size(bytes) {
+    vk::BufferCreateInfo info({}, bytes, vk::BufferUsageFlagBits::eStorageBuffer | vk::BufferUsageFlagBits::eTransferSrc |
+                                             vk::BufferUsageFlagBits::eTransferDst);
+    vk_check(device.createBuffer(&info, nullptr, &buffer), "vkCreateBuffer");
+    vk::MemoryRequirements req;
+    device.getBufferMemoryRequirements(buffer, &req);
+    const auto props = dev.physical().getMemoryProperties();
+    const vk::MemoryPropertyFlags want =
+        host_visible ? vk::MemoryPropertyFlagBits::eHostVisible | vk::MemoryPropertyFlagBits::eHostCoherent
+                     : vk::MemoryPropertyFlags(vk::MemoryPropertyFlagBits::eDeviceLocal);
+    std::uint32_t type = ~0u;
+    for (std::uint32_t i = 0; i < props.memoryTypeCount && type == ~0u; ++i)
+      if (((req.memoryTypeBits >> i) & 1u) && (props.memoryTypes[i].propertyFlags & want) == want) type = i;
+    if (type == ~0u) die("no suitable memory type for a " + human_bytes(bytes) + " buffer");
+    vk::MemoryAllocateInfo alloc(req.size, type);
+    vk_check(device.allocateMemory(&alloc, nullptr, &memory), "vkAllocateMemory");
+    vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkBindBufferMemory(device, buffer, memory, 0)), "vkBindBufferMemory");
+    if (host_visible) vk_check(device.mapMemory(memory, 0, VK_WHOLE_SIZE, {}, &mapped), "vkMapMemory");
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (mapped) device.unmapMemory(memory);
+    device.destroyBuffer(buffer);
+    device.freeMemory(memory);
+  }
+};
+
+// One device's buffers and a way to run copies on it, outside any timing.
+struct DeviceRig {
+  tpar::Device* dev;
+  std::unique_ptr<Buffer> data, pristine, stage;
+  vk::CommandPool pool;
+  tpar::Timeline timeline;
+  std::uint64_t value = 0;
+
+  DeviceRig(tpar::Device& d, std::size_t bytes) : dev(&d), timeline(d.handle()) {
+    data = std::make_unique<Buffer>(d, bytes, false);
+    pristine = std::make_unique<Buffer>(d, bytes, false);
+    stage = std::make_unique<Buffer>(d, bytes, true);
+    vk::CommandPoolCreateInfo info(vk::CommandPoolCreateFlagBits::eTransient, d.compute_queue().family());
+    vk_check(d.handle().createCommandPool(&info, nullptr, &pool), "vkCreateCommandPool");
+  }
+  ~DeviceRig() { dev->handle().destroyCommandPool(pool); }
+
+  // Records `record` into a fresh command buffer, submits it after everything queued so
+  // far, and returns the value it signals.
+  template <class F>
+  std::uint64_t run(F&& record) {
+    vk::CommandBuffer cb;
+    vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
+    vk_check(dev->handle().allocateCommandBuffers(&ai, &cb), "vkAllocateCommandBuffers");
+    vk::CommandBufferBeginInfo bi(vk::CommandBufferUsageFlagBits::eOneTimeSubmit);
+    vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
+    const vk::MemoryBarrier all(vk::AccessFlagBits::eMemoryWrite, vk::AccessFlagBits::eMemoryRead | vk::AccessFlagBits::eMemoryWrite);
+    cb.pipelineBarrier(vk::PipelineStageFlagBits::eAllCommands, vk::PipelineStageFlagBits::eAllCommands, {}, 1, &all, 0, nullptr, 0, nullptr);
+    record(cb);
+    cb.pipelineBarrier(vk::PipelineStageFlagBits::eAllCommands, vk::PipelineStageFlagBits::eAllCommands | vk::PipelineStageFlagBits::eHost,
+                       {}, 1, &all, 0, nullptr, 0, nullptr);
+    vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb)), "vkEndCommandBuffer");
+    const vk::Semaphore sem = timeline.handle();
+    const std::uint64_t signal = ++value;
+    vk::TimelineSemaphoreSubmitInfo ti(0, nullptr, 1, &signal);
+    vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb, 1, &sem, &ti);
+    vk_check(dev->compute_queue().submit(std::span(&si, 1)), "vkQueueSubmit");
+    pending.push_back({cb, signal});
+    return signal;
+  }
+  void finish() {
+    const vk::Semaphore sem = timeline.handle();
+    vk_check(tpar::detail::wait_all(dev->handle(), std::span(&sem, 1), std::span(&value, 1), std::chrono::seconds(60)), "waiting for a copy");
+    for (auto& p : pending) dev->handle().freeCommandBuffers(pool, 1, &p.first);
+    pending.clear();
+  }
+  std::vector<std::pair<vk::CommandBuffer, std::uint64_t>> pending;
+
+  void copy(vk::Buffer from, vk::Buffer to, std::size_t bytes) {
+    run([&](vk::CommandBuffer cb) {
+      const vk::BufferCopy region(0, 0, bytes);
+      cb.copyBuffer(from, to, 1, &region);
+    });
+  }
+};
+
+struct LinkFigures {
+  // Per device, GB/s: alone, and with every device copying at once.
+  std::vector<double> d2h_alone, h2d_alone, duplex_alone, d2h_all, h2d_all, duplex_all;
+};
+
+struct Config {
+  std::vector<std::size_t> sizes;
+  std::size_t min_bytes = 16 << 10, max_bytes = 0, factor = 4;
+  int iters = 0, warmup = 5;
+  std::vector<std::optional<tpar::Wire>> wires{std::nullopt};
+  std::vector<tpar::AlgoChoice> algos{tpar::AlgoChoice::automatic};
+  tpar::SyncChoice sync = tpar::SyncChoice::automatic;
+  bool link = false, link_only = false, csv = false, json = false, quiet = false;
+  std::size_t link_bytes = 256 << 20;
+  tpar::GroupOptions group;
+  bool explicit_devices = false;
+};
+
+void print_help() {
+  std::printf(
+      "Usage: tpar-bench [options]\n"
+      "Times tpar's AllReduce on the selected devices over a range of sizes (back-to-back,\n"
+      "in place, f32 payload), then checks every result. Columns: bytes and count of the f32\n"
+      "payload, wire, algorithm, sync, time per call (us), algbw = bytes/time and busbw =\n"
+      "algbw*2(n-1)/n (GB/s), max error relative to sum|x| on random data, #wrong values on\n"
+      "integer data (must be 0), host CPU time per call (us, all threads), and with --link the\n"
+      "efficiency against the host-staging bound.\n\n"
+      "Sizes:\n"
+      "  -b, --min-bytes SIZE  smallest payload (default 16K)\n"
+      "  -e, --max-bytes SIZE  largest payload (default 256M on GPUs, 4M on lavapipe)\n"
+      "  -f, --factor N        multiply by N between sizes (default 4)\n"
+      "  --sizes A,B,...       exactly these sizes (bytes; K, M, G suffixes)\n"
+      "Runs:\n"
+      "  -n, --iters N         timed calls per size (default: 200 up to 1M, 40 up to 16M, 10 above)\n"
+      "  -w, --warmup N        untimed calls first (default 5)\n"
+      "  --wire W              auto, f32, bf16, f16 or all (default auto)\n"
+      "  --algo A              auto, ring, oneshot or all (default auto)\n"
+      "  --sync S              auto, native or proxy (default auto)\n"
+      "  --link                measure host-staging bandwidth first, and report efficiency\n"
+      "  --link-only           only measure the host-staging bandwidth\n"
+      "  --link-bytes SIZE     bytes per link copy (default 256M)\n"
+      "Output:\n"
+      "  --csv, --json         machine-readable table on stdout\n"
+      "  -q, --quiet           no progress on stderr\n"
+      "  -h, --help            this text\n\n"
+      "TPAR_SYNC, TPAR_ALGO and TPAR_WIRE apply where the flags are not given.\n\n%s",
+      tpar_cli::device_flags_help());
+}
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) tpar_cli::usage_error(program, std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      print_help();
+      std::exit(0);
+    } else if (a == "-b" || a == "--min-bytes") {
+      c.min_bytes = tpar_cli::parse_size(program, a, value());
+    } else if (a == "-e" || a == "--max-bytes") {
+      c.max_bytes = tpar_cli::parse_size(program, a, value());
+    } else if (a == "-f" || a == "--factor") {
+      c.factor = tpar_cli::parse_number<std::size_t>(program, a, value());
+      if (c.factor < 2) tpar_cli::usage_error(program, "--factor must be at least 2");
+    } else if (a == "--sizes") {
+      std::string_view list = value();
+      while (!list.empty()) {
+        const auto comma = list.find(',');
+        c.sizes.push_back(tpar_cli::parse_size(program, a, list.substr(0, comma)));
+        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+      }
+    } else if (a == "-n" || a == "--iters") {
+      c.iters = tpar_cli::parse_number<int>(program, a, value());
+      if (c.iters < 1) tpar_cli::usage_error(program, "--iters must be at least 1");
+    } else if (a == "-w" || a == "--warmup") {
+      c.warmup = tpar_cli::parse_number<int>(program, a, value());
+    } else if (a == "--wire") {
+      const std::string_view w = value();
+      if (w == "all") c.wires = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
+      else if (w == "auto") c.wires = {std::nullopt};
+      else if (auto p = tpar::parse_wire(w)) c.wires = {*p};
+      else tpar_cli::usage_error(program, "--wire takes auto, f32, bf16, f16 or all");
+    } else if (a == "--algo") {
+      const std::string_view v = value();
+      if (v == "all") c.algos = {tpar::AlgoChoice::oneshot, tpar::AlgoChoice::ring};
+      else if (v == "auto") c.algos = {tpar::AlgoChoice::automatic};
+      else if (v == "ring") c.algos = {tpar::AlgoChoice::ring};
+      else if (v == "oneshot") c.algos = {tpar::AlgoChoice::oneshot};
+      else tpar_cli::usage_error(program, "--algo takes auto, ring, oneshot or all");
+    } else if (a == "--sync") {
+      const std::string_view v = value();
+      if (v == "auto") c.sync = tpar::SyncChoice::automatic;
+      else if (v == "native") c.sync = tpar::SyncChoice::native;
+      else if (v == "proxy") c.sync = tpar::SyncChoice::proxy;
+      else tpar_cli::usage_error(program, "--sync takes auto, native or proxy");
+    } else if (a == "--link") {
+      c.link = true;
+    } else if (a == "--link-only") {
+      c.link = c.link_only = true;
+    } else if (a == "--link-bytes") {
+      c.link_bytes = tpar_cli::parse_size(program, a, value());
+    } else if (a == "--csv") {
+      c.csv = true;
+    } else if (a == "--json") {
+      c.json = true;
+    } else if (a == "-q" || a == "--quiet") {
+      c.quiet = true;
+    } else if (tpar_cli::parse_device_flag(program, argc, argv, i, c.group)) {
+      c.explicit_devices = true;
+    } else {
+      tpar_cli::usage_error(program, "unknown option " + std::string(a));
+    }
+  }
+  if (c.csv && c.json) tpar_cli::usage_error(program, "choose one of --csv and --json");
+  return c;
+}
+
+// Host-staging bandwidth: each device copies between its device-local scratch and host
+// memory imported into it, alone and all at once, one direction and both.
+LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet) {
+  const std::size_t n = group.size();
+  tpar::HostImport::check_support(group);
+  if (!quiet) std::fprintf(stderr, "%s: measuring host-staging bandwidth (%s per copy)\n", program.c_str(), human_bytes(bytes).c_str());
+  tpar::HostImport::Generation staging(group, bytes, 1, bytes);
+  std::vector<std::unique_ptr<Buffer>> second;  // duplex needs a second device buffer
+  for (std::size_t d = 0; d < n; ++d) second.push_back(std::make_unique<Buffer>(group[d], bytes, false));
+  std::vector<vk::CommandPool> pools(2 * n);
+  std::vector<tpar::Timeline> timelines;
+  std::vector<std::uint64_t> values(2 * n, 0);
+  for (std::size_t d = 0; d < n; ++d) {
+    for (int q = 0; q < 2; ++q) {
+      vk::CommandPoolCreateInfo info(vk::CommandPoolCreateFlagBits::eTransient,
+                                     q ? group[d].transfer_queue().family() : group[d].compute_queue().family());
+      vk_check(group[d].handle().createCommandPool(&info, nullptr, &pools[2 * d + q]), "vkCreateCommandPool");
+      timelines.emplace_back(group[d].handle());
+    }
+  }
+  const int reps = 4;
+  // dir: 0 = device->host on the transfer queue, 1 = host->device on the compute queue,
+  // 2 = both at once (each on its queue).
+  auto run = [&](std::vector<std::size_t> devices, int dir) {
+    std::vector<vk::CommandBuffer> cbs;
+    auto submit = [&](std::size_t d, int q, vk::Buffer from, vk::Buffer to) {
+      vk::CommandBuffer cb;
+      vk::CommandBufferAllocateInfo ai(pools[2 * d + q], vk::CommandBufferLevel::ePrimary, 1);
+      vk_check(group[d].handle().allocateCommandBuffers(&ai, &cb), "vkAllocateCommandBuffers");
+      vk::CommandBufferBeginInfo bi(vk::CommandBufferUsageFlagBits::eOneTimeSubmit);
+      vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
+      const vk::BufferCopy region(0, 0, bytes);
+      const vk::MemoryBarrier m(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eTransferWrite | vk::AccessFlagBits::eTransferRead);
+      for (int r = 0; r < reps; ++r) {
+        cb.copyBuffer(from, to, 1, &region);
+        cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eTransfer, {}, 1, &m, 0, nullptr, 0, nullptr);
+      }
+      vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb)), "vkEndCommandBuffer");
+      const vk::Semaphore sem = timelines[2 * d + q].handle();
+      const std::uint64_t signal = ++values[2 * d + q];
+      vk::TimelineSemaphoreSubmitInfo ti(0, nullptr, 1, &signal);
+      vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb, 1, &sem, &ti);
+      auto& queue = q ? group[d].transfer_queue() : group[d].compute_queue();
+      vk_check(queue.submit(std::span(&si, 1)), "vkQueueSubmit");
+      cbs.push_back(cb);
+    };
+    const auto t0 = Clock::now();
+    for (auto d : devices) {
+      const vk::Buffer host = staging.host_buffer(d, d), dev = staging.scratch(d);
+      if (dir == 0 || dir == 2) submit(d, 1, dev, host);
+      if (dir == 1 || dir == 2) submit(d, 0, host, second[d]->buffer);
+    }
+    for (auto d : devices)
+      for (int q = 0; q < 2; ++q) {
+        const vk::Semaphore sem = timelines[2 * d + q].handle();
+        vk_check(tpar::detail::wait_all(group[d].handle(), std::span(&sem, 1), std::span(&values[2 * d + q], 1),
+                                        std::chrono::seconds(120)),
+                 "waiting for link copies");
+      }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::size_t k = 0;
+    for (auto d : devices)
+      for (int q = 0; q < 2; ++q)
+        if ((q == 1 && (dir == 0 || dir == 2)) || (q == 0 && (dir == 1 || dir == 2)))
+          group[d].handle().freeCommandBuffers(pools[2 * d + q], 1, &cbs[k++]);
+    const double moved = double(bytes) * reps * (dir == 2 ? 2 : 1);
+    return moved / seconds / 1e9;  // per device
+  };
+  LinkFigures f;
+  std::vector<std::size_t> all(n);
+  for (std::size_t d = 0; d < n; ++d) all[d] = d;
+  for (int pass = 0; pass < 2; ++pass) {  // first pass warms up (pins pages, wakes links)
+    f = {};
+    for (std::size_t d = 0; d < n; ++d) {
+      f.d2h_alone.push_back(run({d}, 0));
+      f.h2d_alone.push_back(run({d}, 1));
+      f.duplex_alone.push_back(run({d}, 2));
+    }
+    const double d2h = run(all, 0), h2d = run(all, 1), duplex = run(all, 2);
+    f.d2h_all.assign(n, d2h);
+    f.h2d_all.assign(n, h2d);
+    f.duplex_all.assign(n, duplex);
+  }
+  for (std::size_t i = 0; i < pools.size(); ++i) group[i / 2].handle().destroyCommandPool(pools[i]);
+  return f;
+}
+
+struct Row {
+  std::size_t bytes, count;
+  std::string wire, algo, sync;
+  double time_us, algbw, busbw, max_err, cpu_us, eff;
+  std::size_t wrong;
+};
+
+// The best time the host-staging links allow for one call of this schedule.
+double bound_seconds(const tpar::Schedule& s, const LinkFigures& link) {
+  double worst = 0;
+  for (std::size_t d = 0; d < s.devices.size(); ++d) {
+    double up = 0, down = 0;
+    for (const auto& b : s.devices[d].batches)
+      for (const auto& c : b.commands) {
+        if (c.type != tpar::Command::Type::copy) continue;
+        if (c.dst.kind == tpar::Region::Kind::host) up += double(c.bytes);
+        if (c.src.kind == tpar::Region::Kind::host) down += double(c.bytes);
+      }
+    const double t = std::max({up / (link.d2h_all[d] * 1e9), down / (link.h2d_all[d] * 1e9),
+                               (up + down) / (link.duplex_all[d] * 1e9)});
+    worst = std::max(worst, t);
+  }
+  return worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg = parse(argc, argv);
+  try {
+    auto group = tpar::DeviceGroup::create(cfg.group);
+    if (!cfg.explicit_devices && !group[0].capabilities().is_gpu()) {
+      // No GPU: four lavapipe virtual devices, so the AllReduce has something to do.
+      cfg.group.select.virtual_devices(4);
+      group = tpar::DeviceGroup::create(cfg.group);
+    }
+    const std::size_t n = group.size();
+    const bool gpu = group[0].capabilities().is_gpu();
+    if (cfg.sizes.empty()) {
+      const std::size_t max = cfg.max_bytes ? cfg.max_bytes : (gpu ? std::size_t{256} << 20 : std::size_t{4} << 20);
+      for (std::size_t b = cfg.min_bytes; b <= max; b *= cfg.factor) cfg.sizes.push_back(b);
+    }
+    for (auto& b : cfg.sizes) b = b / 4 * 4;
+    const std::size_t largest = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
+
+    std::string names = group[0].capabilities().name;
+    for (std::size_t d = 1; d < n; ++d)
+      if (group[d].capabilities().name != names) names += ", " + group[d].capabilities().name;
+    const std::string header = "tpar-bench " TPAR_VERSION_STRING ": " + std::to_string(n) + " device" + (n == 1 ? "" : "s") +
+                               " (" + names + (group[0].is_virtual() ? ", virtual" : "") + ")";
+
+    std::optional<LinkFigures> link;
+    if (cfg.link) {
+      link = measure_link(group, cfg.link_bytes, cfg.quiet);
+      if (!cfg.csv && !cfg.json) {
+        std::printf("# %s\n# host-staging bandwidth, GB/s per device (%s copies through imported host memory)\n", header.c_str(),
+                    human_bytes(cfg.link_bytes).c_str());
+        std::printf("# %-7s %10s %10s %10s %12s %12s %12s\n", "device", "d2h alone", "h2d alone", "both alone", "d2h all-on",
+                    "h2d all-on", "both all-on");
+        for (std::size_t d = 0; d < n; ++d)
+          std::printf("  %-7zu %10.2f %10.2f %10.2f %12.2f %12.2f %12.2f\n", d, link->d2h_alone[d], link->h2d_alone[d],
+                      link->duplex_alone[d], link->d2h_all[d], link->h2d_all[d], link->duplex_all[d]);
+        std::printf("\n");
+      }
+      if (cfg.link_only) {
+        if (cfg.json) {
+          std::printf("{\"devices\": %zu, \"link_bytes\": %zu, \"link\": [", n, cfg.link_bytes);
+          for (std::size_t d = 0; d < n; ++d)
+            std::printf("%s{\"device\": %zu, \"d2h_alone\": %.3f, \"h2d_alone\": %.3f, \"duplex_alone\": %.3f, \"d2h_all\": %.3f, "
+                        "\"h2d_all\": %.3f, \"duplex_all\": %.3f}",
+                        d ? ", " : "", d, link->d2h_alone[d], link->h2d_alone[d], link->duplex_alone[d], link->d2h_all[d],
+                        link->h2d_all[d], link->duplex_all[d]);
+          std::printf("]}\n");
+        }
+        return 0;
+      }
+    }
+
+    std::vector<std::unique_ptr<DeviceRig>> rigs;
+    for (std::size_t d = 0; d < n; ++d) rigs.push_back(std::make_unique<DeviceRig>(group[d], largest));
+
+    std::vector<Row> rows;
+    const std::size_t total = cfg.sizes.size() * cfg.wires.size() * cfg.algos.size();
+    std::size_t done_rows = 0;
+    bool all_ok = true;
+    if (!cfg.csv && !cfg.json) {
+      if (!cfg.link) std::printf("# %s\n", header.c_str());
+      std::printf("# %12s %11s %5s %8s %12s %10s %9s %9s %9s %7s %8s %6s\n", "bytes", "count", "wire", "algo", "sync", "time(us)",
+                  "algbw", "busbw", "max err", "#wrong", "cpu(us)", "eff");
+    }
+    for (auto algo : cfg.algos) {
+      tpar::Options options;
+      options.algo = algo;
+      options.sync = cfg.sync;
+      options.timeout = std::chrono::seconds(60);
+      auto comm = tpar::make_communicator(group, options);
+      const std::string sync_name(to_string(comm.sync_kind()));
+      for (std::size_t bytes : cfg.sizes) {
+        for (const auto& wire : cfg.wires) {
+          const std::size_t count = bytes / 4;
+          ++done_rows;
+          if (!cfg.quiet && total > 1)
+            std::fprintf(stderr, "%s: [%zu/%zu] %s %s %s\n", program.c_str(), done_rows, total, human_bytes(bytes).c_str(),
+                         wire ? std::string(to_string(*wire)).c_str() : "auto", std::string(to_string(algo)).c_str());
+          std::vector<tpar::BufferSpan> spans;
+          for (auto& r : rigs) spans.push_back({r->data->buffer, 0, count, r->data->size});
+          tpar::AllreduceArgs args;
+          args.wire = wire;
+
+          // Inputs for timing: magnitudes near 2^-100, so that a batch of back-to-back
+          // calls (each multiplying by n) stays within range; restored between batches.
+          std::mt19937 rng(1234);
+          std::uniform_real_distribution<float> u(1.0f, 2.0f);
+          for (std::size_t d = 0; d < n; ++d) {
+            float* p = static_cast<float*>(rigs[d]->stage->mapped);
+            for (std::size_t i = 0; i < count; ++i) p[i] = std::ldexp(u(rng), -100) * ((i + d) % 2 ? 1.0f : -1.0f);
+            rigs[d]->copy(rigs[d]->stage->buffer, rigs[d]->pristine->buffer, bytes);
+            rigs[d]->copy(rigs[d]->pristine->buffer, rigs[d]->data->buffer, bytes);
+          }
+          for (auto& r : rigs) r->finish();
+          auto restore = [&] {
+            for (auto& r : rigs) r->copy(r->pristine->buffer, r->data->buffer, bytes);
+            for (auto& r : rigs) r->finish();
+          };
+          const int batch = std::max(1, static_cast<int>(200.0 / std::max(1.0, std::log2(double(n)))));
+          for (int i = 0; i < cfg.warmup; ++i) comm.allreduce(spans, args).wait();
+          restore();
+          const int iters = cfg.iters ? cfg.iters : bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 40 : 10;
+          double seconds = 0, cpu = 0;
+          for (int done = 0; done < iters;) {
+            const int k = std::min(batch, iters - done);
+            const double c0 = cpu_seconds();
+            const auto t0 = Clock::now();
+            tpar::Ticket last;
+            for (int i = 0; i < k; ++i) last = comm.allreduce(spans, args);
+            last.wait();
+            seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+            cpu += cpu_seconds() - c0;
+            done += k;
+            if (done < iters) restore();
+          }
+          const auto info = comm.last_call();
+
+          // Correctness: integers must be exact everywhere; random data within the bound.
+          std::size_t wrong = 0;
+          double max_err = 0;
+          {
+            std::vector<std::vector<float>> x(n, std::vector<float>(count));
+            std::uniform_int_distribution<int> small(-8, 8);
+            for (int pass = 0; pass < 2; ++pass) {
+              std::uniform_real_distribution<float> big(-1.0f, 1.0f);
+              for (std::size_t d = 0; d < n; ++d) {
+                for (auto& v : x[d]) v = pass == 0 ? float(small(rng)) : big(rng);
+                std::memcpy(rigs[d]->stage->mapped, x[d].data(), bytes);
+                rigs[d]->copy(rigs[d]->stage->buffer, rigs[d]->data->buffer, bytes);
+              }
+              for (auto& r : rigs) r->finish();
+              comm.allreduce(spans, args).wait();
+              for (auto& r : rigs) r->copy(r->data->buffer, r->stage->buffer, bytes);
+              for (auto& r : rigs) r->finish();
+              const float* first = static_cast<const float*>(rigs[0]->stage->mapped);
+              for (std::size_t i = 0; i < count; ++i) {
+                double exact = 0, mag = 0;
+                for (std::size_t d = 0; d < n; ++d) {
+                  exact += x[d][i];
+                  mag += std::fabs(x[d][i]);
+                }
+                for (std::size_t d = 0; d < n; ++d) {
+                  const float got = static_cast<const float*>(rigs[d]->stage->mapped)[i];
+                  if (pass == 0) wrong += got != static_cast<float>(exact);
+                  else {
+                    if (std::memcmp(&got, &first[i], sizeof got)) ++wrong;  // devices must agree bit for bit
+                    if (mag > 0) max_err = std::max(max_err, std::fabs(double(got) - exact) / mag);
+                    if (!std::isfinite(got)) ++wrong;
+                  }
+                }
+              }
+            }
+          }
+          all_ok &= wrong == 0;
+          Row row;
+          row.bytes = bytes;
+          row.count = count;
+          row.wire = std::string(to_string(info.wire));
+          row.algo = std::string(info.algorithm);
+          row.sync = sync_name;
+          row.time_us = seconds / iters * 1e6;
+          row.algbw = double(bytes) / (seconds / iters) / 1e9;
+          row.busbw = row.algbw * 2.0 * double(n - 1) / double(n);
+          row.max_err = max_err;
+          row.wrong = wrong;
+          row.cpu_us = cpu / iters * 1e6;
+          row.eff = -1;
+          if (link && n > 1) {
+            auto rq = comm.schedule_request(count, wire);
+            row.eff = bound_seconds(tpar::BySize::build(rq), *link) / (seconds / iters);
+          }
+          rows.push_back(row);
+          if (!cfg.csv && !cfg.json) {
+            char eff[16] = "-";
+            if (row.eff >= 0) std::snprintf(eff, sizeof eff, "%5.0f%%", row.eff * 100);
+            std::printf("  %12zu %11zu %5s %8s %12s %10.1f %9.2f %9.2f %9.2e %7zu %8.1f %6s\n", row.bytes, row.count,
+                        row.wire.c_str(), row.algo.c_str(), row.sync.c_str(), row.time_us, row.algbw, row.busbw, row.max_err,
+                        row.wrong, row.cpu_us, eff);
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+    if (cfg.csv) {
+      std::printf("bytes,count,wire,algo,sync,time_us,algbw_gbps,busbw_gbps,max_err,wrong,cpu_us,efficiency\n");
+      for (const auto& r : rows)
+        std::printf("%zu,%zu,%s,%s,%s,%.3f,%.4f,%.4f,%.3e,%zu,%.3f,%s\n", r.bytes, r.count, r.wire.c_str(), r.algo.c_str(),
+                    r.sync.c_str(), r.time_us, r.algbw, r.busbw, r.max_err, r.wrong, r.cpu_us,
+                    r.eff >= 0 ? std::to_string(r.eff).c_str() : "");
+    } else if (cfg.json) {
+      std::printf("{\"devices\": %zu, \"names\": %s, \"rows\": [\n", n, tpar_cli::json_string(names).c_str());
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto& r = rows[i];
+        std::printf("  {\"bytes\": %zu, \"count\": %zu, \"wire\": \"%s\", \"algo\": \"%s\", \"sync\": \"%s\", \"time_us\": %.3f, "
+                    "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"max_err\": %.3e, \"wrong\": %zu, \"cpu_us\": %.3f, "
+                    "\"efficiency\": %s}%s\n",
+                    r.bytes, r.count, r.wire.c_str(), r.algo.c_str(), r.sync.c_str(), r.time_us, r.algbw, r.busbw, r.max_err,
+                    r.wrong, r.cpu_us, r.eff >= 0 ? std::to_string(r.eff).c_str() : "null", i + 1 < rows.size() ? "," : "");
+      }
+      std::printf("]}\n");
+    } else {
+      std::printf("# %s\n", all_ok ? "every result checked: correct on every device" : "WRONG RESULTS: see #wrong");
+    }
+    return all_ok ? 0 : 3;
+  } catch (const tpar::Error& e) {
+    die(e.what());
+  }
+}
