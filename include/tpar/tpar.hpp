@@ -15,6 +15,7 @@
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
 #include <tpar/sync/concepts.hpp>
+#include <tpar/sync/native_import.hpp>
 #include <tpar/sync/proxy_bridge.hpp>
 #include <tpar/sync/schedule.hpp>
 #include <tpar/sync/timeline.hpp>
@@ -24,4 +25,5 @@
 #include <tpar/algo/request.hpp>
 #include <tpar/comm/any_communicator.hpp>
 #include <tpar/comm/communicator.hpp>
+#include <tpar/comm/profile.hpp>
 #include <tpar/comm/ticket.hpp>

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <tpar/comm/communicator.hpp>
+#include <tpar/sync/native_import.hpp>
 
 #include <memory>
 
@@ -30,6 +31,7 @@ class AnyCommunicator {
                                    std::uint32_t contributing = ~0u) const {
     return impl_->schedule_request(count, wire, contributing);
   }
+  CallProfile profile() { return impl_->profile(); }
   // Why this sync policy was chosen, in a sentence.
   const std::string& sync_reason() const { return reason_; }
 
@@ -49,6 +51,7 @@ class AnyCommunicator {
     virtual std::uint64_t staging_bytes() const = 0;
     virtual const CallInfo& last_call() const = 0;
     virtual ScheduleRequest schedule_request(std::size_t, std::optional<Wire>, std::uint32_t) const = 0;
+    virtual CallProfile profile() = 0;
   };
   template <class Sync>
   struct Model final : Interface {
@@ -63,6 +66,7 @@ class AnyCommunicator {
     ScheduleRequest schedule_request(std::size_t c, std::optional<Wire> w, std::uint32_t m) const override {
       return comm.schedule_request(c, w, m);
     }
+    CallProfile profile() override { return comm.profile(); }
     Communicator<Sync> comm;
   };
 
@@ -80,9 +84,19 @@ inline AnyCommunicator make_communicator(DeviceGroup group, Options options = {}
   const SyncGate gate = group.sync_gate();
   if (options.sync == SyncChoice::native && !gate.native_possible)
     throw Error(ErrorCode::unsupported, "NativeImport was asked for (TPAR_SYNC=native) but " + gate.reason);
-  // NativeImport joins here once it exists; until then every group uses ProxyBridge.
-  const std::string reason = options.sync == SyncChoice::proxy ? "ProxyBridge was asked for (TPAR_SYNC=proxy)" : gate.reason;
-  return AnyCommunicator::make<ProxyBridge>(std::move(group), options, reason);
+  if (options.sync == SyncChoice::proxy)
+    return AnyCommunicator::make<ProxyBridge>(std::move(group), options, "ProxyBridge was asked for (TPAR_SYNC=proxy)");
+  if (gate.native_possible) {
+    try {
+      return AnyCommunicator::make<NativeImport>(group, options, gate.reason);
+    } catch (const Error& e) {
+      if (options.sync == SyncChoice::native || e.code() != ErrorCode::unsupported) throw;
+      log(LogLevel::warning, std::string(e.what()) + "; using ProxyBridge instead");
+      return AnyCommunicator::make<ProxyBridge>(std::move(group), options,
+                                                std::string("NativeImport failed its self-test (") + e.what() + "), so ProxyBridge");
+    }
+  }
+  return AnyCommunicator::make<ProxyBridge>(std::move(group), options, gate.reason);
 }
 
 }  // namespace tpar::inline v0

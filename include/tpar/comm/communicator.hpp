@@ -7,6 +7,7 @@
 #pragma once
 
 #include <tpar/algo/by_size.hpp>
+#include <tpar/comm/profile.hpp>
 #include <tpar/comm/ticket.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/options.hpp>
@@ -60,8 +61,10 @@ class Communicator {
       throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 1 to 8");
     if (options_.lanes < 1 || options_.lanes > 64)
       throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options_.lanes) + " is out of range: use 1 to 64");
-    if (options_.piece_bytes < wire_block * sizeof(float))
-      throw Error(ErrorCode::invalid_argument, "piece_bytes must be at least " + std::to_string(wire_block * sizeof(float)));
+    if (options_.piece_bytes && options_.piece_bytes < wire_block * sizeof(float))
+      throw Error(ErrorCode::invalid_argument, "piece_bytes must be 0 (automatic) or at least " + std::to_string(wire_block * sizeof(float)));
+    if (options_.max_pieces < 1 || options_.max_pieces > 64)
+      throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options_.max_pieces) + " is out of range: use 1 to 64");
     if (options_.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
     const std::size_t n = group_.size();
     if (n > 1) Staging::check_support(group_);
@@ -100,6 +103,7 @@ class Communicator {
     for (auto& c : ctx_) {
       (void)new Timeline(std::move(c.compute));
       (void)new Timeline(std::move(c.transfer));
+      (void)new Timeline(std::move(c.shared));
     }
   }
 
@@ -117,6 +121,74 @@ class Communicator {
 
   // What the last call chose.
   const CallInfo& last_call() const { return last_call_; }
+
+  // Where the last call spent its time, batch by batch (needs Options::profile). Waits
+  // (bounded) for the call to finish. Call it right after the call it describes.
+  CallProfile profile() {
+    if (!options_.profile) throw Error(ErrorCode::unsupported, "profile() needs Options::profile");
+    CallProfile out;
+    out.devices.resize(size());
+    if (!last_plan_) return out;
+    if (!drain(options_.timeout)) throw Error(ErrorCode::timeout, "profile(): the last call did not finish within the timeout");
+    PlanType& plan = *last_plan_;
+    const std::size_t n = size();
+    std::vector<double> offset(n, 0.0);  // device ticks -> host microseconds
+    bool aligned = true;
+    for (std::size_t d = 0; d < n; ++d) {
+      const auto& fns = group_[d].extension_fns();
+      if (!fns.get_calibrated_timestamps) {
+        aligned = false;
+        continue;
+      }
+      const VkCalibratedTimestampInfoEXT infos[2] = {{VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, nullptr, VK_TIME_DOMAIN_DEVICE_EXT},
+                                                    {VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, nullptr, VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT}};
+      std::uint64_t ts[2] = {0, 0}, deviation = 0;
+      if (fns.get_calibrated_timestamps(group_[d].handle(), 2, infos, ts, &deviation) != VK_SUCCESS) {
+        aligned = false;
+        continue;
+      }
+      offset[d] = double(ts[1]) / 1e3 - double(ts[0]) * group_[d].capabilities().timestamp_period_ns / 1e3;
+    }
+    out.aligned = aligned;
+    for (std::size_t d = 0; d < n; ++d) {
+      const auto& batches = plan.schedule.devices[d].batches;
+      const auto& sub = plan.submits[d][last_parity_];
+      out.devices[d].resize(batches.size());
+      std::vector<std::uint64_t> raw(2 * batches.size(), 0);
+      std::vector<std::uint64_t> avail(2 * batches.size() * 2, 0);
+      if (sub.timestamps)
+        (void)group_[d].handle().getQueryPoolResults(sub.timestamps, 0, static_cast<std::uint32_t>(raw.size()),
+                                                     avail.size() * sizeof(std::uint64_t), avail.data(), 2 * sizeof(std::uint64_t),
+                                                     vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWithAvailability);
+      const double period = group_[d].capabilities().timestamp_period_ns / 1e3;
+      for (std::size_t b = 0; b < batches.size(); ++b) {
+        auto& t = out.devices[d][b];
+        t.role = batches[b].role;
+        t.what = describe(batches[b]);
+        if (avail[4 * b + 1] && avail[4 * b + 3]) {
+          t.start_us = double(avail[4 * b]) * period + (aligned ? offset[d] : 0.0);
+          t.end_us = double(avail[4 * b + 2]) * period + (aligned ? offset[d] : 0.0);
+        }
+      }
+    }
+    // Count from the first batch: across devices when aligned, per device otherwise.
+    auto rebase = [](std::vector<BatchTiming>& v, double origin) {
+      for (auto& t : v) {
+        t.start_us -= origin;
+        t.end_us -= origin;
+      }
+    };
+    auto first = [](const std::vector<BatchTiming>& v) {
+      double lo = std::numeric_limits<double>::infinity();
+      for (const auto& t : v)
+        if (!std::isnan(t.start_us)) lo = std::min(lo, t.start_us);
+      return std::isinf(lo) ? 0.0 : lo;
+    };
+    double origin = std::numeric_limits<double>::infinity();
+    for (const auto& v : out.devices) origin = std::min(origin, first(v));
+    for (auto& v : out.devices) rebase(v, aligned ? origin : first(v));
+    return out;
+  }
 
   // Sums `spans` (one per device, f32, in place) across the group. Bad input throws
   // Error(invalid_argument) with nothing enqueued and nothing changed.
@@ -140,8 +212,11 @@ class Communicator {
     wait_for_slot_set(parity);
     for (std::size_t d = 0; d < n; ++d)
       if (!plan.submits[d][parity].recorded)
-        detail::record_device(plan, d, parity, ctx_, [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); });
+        detail::record_device(plan, d, parity, ctx_, options_.profile,
+                              [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); });
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
+    last_plan_ = &plan;
+    last_parity_ = parity;
     return submit(plan, parity, args);
   }
 
@@ -159,7 +234,9 @@ class Communicator {
     rq.count = count;
     rq.wire = wire.value_or(options_.wire_for(count * sizeof(float)));
     rq.contributing = n >= 32 ? contributing : contributing & ((1u << n) - 1u);
-    rq.piece_elems = std::max(wire_block, options_.piece_bytes / sizeof(float) / wire_block * wire_block);
+    rq.piece_elems = options_.piece_bytes ? std::max(wire_block, options_.piece_bytes / sizeof(float) / wire_block * wire_block) : 0;
+    rq.min_piece_wire_bytes = options_.min_piece_wire_bytes;
+    rq.max_pieces = options_.max_pieces;
     rq.lanes = options_.lanes;
     rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
     rq.oneshot_max_bytes = options_.oneshot_max_bytes;
@@ -181,7 +258,8 @@ class Communicator {
       c.device = &group_[d];
       const vk::Device vkd = c.device->handle();
       c.compute = Timeline(vkd);
-      c.transfer = Timeline(vkd, exportable_sources());
+      c.transfer = Timeline(vkd);
+      if (exportable_sources()) c.shared = Timeline(vkd, true);
       c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
       vk::CommandPoolCreateInfo pool_info({}, c.device->compute_queue().family());
       detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.compute_pool), "vkCreateCommandPool");
@@ -191,7 +269,7 @@ class Communicator {
         pool_info.queueFamilyIndex = c.device->transfer_queue().family();
         detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.transfer_pool), "vkCreateCommandPool");
       }
-      sources[d] = c.transfer.handle();
+      sources[d] = exportable_sources() ? c.shared.handle() : c.transfer.handle();
     }
     sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources),
                                    std::min<std::chrono::nanoseconds>(options_.timeout, std::chrono::seconds(1)),
@@ -404,7 +482,8 @@ class Communicator {
         }
       }
       for (std::size_t s = 0; s < sub.signal_rules.size(); ++s)
-        sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;
+        if (sub.signal_semaphores[s])
+          sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;
     }
     for (std::size_t d = 0; d < n; ++d) {
       auto& sub = plan.submits[d][parity];
@@ -456,6 +535,7 @@ class Communicator {
   }
 
   void retire_plan(std::unique_ptr<PlanType> plan) {
+    if (plan.get() == last_plan_) last_plan_ = nullptr;
     std::vector<std::uint64_t> values(plan->last_use[0]);
     values.insert(values.end(), plan->last_use[1].begin(), plan->last_use[1].end());
     retiring_.push_back({std::move(plan), nullptr, std::move(values)});
@@ -525,6 +605,8 @@ class Communicator {
   std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
   std::uint64_t calls_ = 0;
   CallInfo last_call_;
+  PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())
+  std::uint32_t last_parity_ = 0;
 };
 
 }  // namespace tpar::inline v0

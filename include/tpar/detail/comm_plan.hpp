@@ -33,6 +33,11 @@ struct PlanKey {
 struct DeviceContext {
   Device* device = nullptr;
   Timeline compute, transfer;
+  // NativeImport: a twin of `transfer`, exported to the peers and signalled with the same
+  // values by every upload. tpar itself never waits on it: once exported, a semaphore's
+  // signals can come from anywhere, so tools (and readers) cannot follow it; the internal
+  // timeline stays what retirement and host waits use.
+  Timeline shared;
   vk::CommandPool compute_pool, transfer_pool;  // equal when both queues share a family
   bool merged = false;                          // one queue does both roles
   std::uint64_t submitted[2] = {0, 0};          // last value submitted, by Role
@@ -66,6 +71,7 @@ struct DeviceSubmit {
   std::vector<std::uint64_t> signal_values;
   std::vector<std::pair<Role, std::uint32_t>> signal_rules;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> expects;  // (source device, transfer index), in order
+  vk::QueryPool timestamps;  // profiling: start and end of every batch
   bool recorded = false;
 };
 
@@ -88,6 +94,7 @@ struct Plan {
     for (std::size_t d = 0; d < ctx.size(); ++d) {
       const vk::Device dev = ctx[d].device->handle();
       for (auto& sub : submits[d]) {
+        if (sub.timestamps) dev.destroyQueryPool(sub.timestamps);
         if (sub.command_buffers.empty()) continue;
         const auto& batches = schedule.devices[d].batches;
         for (std::size_t b = 0; b < batches.size(); ++b)
@@ -104,7 +111,7 @@ struct Plan {
 // their submit structures. `peer_semaphore(src)`: what device d waits on for src's uploads.
 template <class Generation, class PeerSemaphore>
 void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, std::vector<DeviceContext>& ctx,
-                   PeerSemaphore&& peer_semaphore) {
+                   bool profile, PeerSemaphore&& peer_semaphore) {
   DeviceContext& c = ctx[d];
   Device& dev = *c.device;
   const vk::Device vkd = dev.handle();
@@ -120,6 +127,13 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
   };
 
   sub.command_buffers.assign(batches.size(), nullptr);
+  if (profile && !batches.empty()) {
+    vk::QueryPoolCreateInfo qi({}, vk::QueryType::eTimestamp, static_cast<std::uint32_t>(2 * batches.size()));
+    check(vkd.createQueryPool(&qi, nullptr, &sub.timestamps), "vkCreateQueryPool");
+  }
+  auto has_timestamps = [&](Role r) {
+    return dev.capabilities().queue_families[c.queue(r).family()].timestampValidBits > 0;
+  };
   for (std::size_t b = 0; b < batches.size(); ++b) {
     const Batch& batch = batches[b];
     vk::CommandBufferAllocateInfo ai(c.pool(batch.role), vk::CommandBufferLevel::ePrimary, 1);
@@ -138,6 +152,12 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     // Whatever ran before on this queue (an earlier batch, an earlier call) is done with
     // the memory this batch touches.
     const vk::MemoryBarrier full(writes, all);
+    const bool stamp = sub.timestamps && has_timestamps(batch.role);
+    const auto q = static_cast<std::uint32_t>(2 * b);
+    if (stamp) {
+      cb.resetQueryPool(sub.timestamps, q, 2);
+      cb.writeTimestamp(vk::PipelineStageFlagBits::eTopOfPipe, sub.timestamps, q);
+    }
     cb.pipelineBarrier(stages, stages, {}, 1, &full, 0, nullptr, 0, nullptr);
     bool bound = false;
     for (const Command& cmd : batch.commands) {
@@ -171,6 +191,7 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
         }
       }
     }
+    if (stamp) cb.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, sub.timestamps, q + 1);
     check(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb), "vkEndCommandBuffer");
   }
 
@@ -181,9 +202,10 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
   sub.wait_stages.assign(waits, vk::PipelineStageFlagBits::eAllCommands);
   sub.wait_values.assign(waits, 0);
   sub.wait_rules.assign(waits, {});
-  sub.signal_semaphores.assign(batches.size(), nullptr);
-  sub.signal_values.assign(batches.size(), 0);
-  sub.signal_rules.assign(batches.size(), {});
+  // Two signal slots per batch: its timeline, and for uploads the exported twin.
+  sub.signal_semaphores.assign(2 * batches.size(), nullptr);
+  sub.signal_values.assign(2 * batches.size(), 0);
+  sub.signal_rules.assign(2 * batches.size(), {});
   sub.groups.clear();
   if (c.merged) {
     sub.groups.resize(1);
@@ -225,16 +247,22 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
       ++w;
     }
     const int r = static_cast<int>(batch.role);
-    sub.signal_semaphores[b] = c.timeline(batch.role).handle();
-    sub.signal_rules[b] = {batch.role, role_index[r]++};
+    const bool twin = batch.role == Role::transfer && c.shared.handle();
+    sub.signal_semaphores[2 * b] = c.timeline(batch.role).handle();
+    sub.signal_rules[2 * b] = {batch.role, role_index[r]};
+    if (twin) {
+      sub.signal_semaphores[2 * b + 1] = c.shared.handle();
+      sub.signal_rules[2 * b + 1] = {batch.role, role_index[r]};
+    }
+    ++role_index[r];
     const std::size_t gi = c.merged ? 0 : (batch.role == Role::transfer ? 0 : 1);
     auto& group = sub.groups[gi];
     const std::size_t k = next_in_group[gi]++;
     auto& ti = group.timeline_infos[k];
     ti.waitSemaphoreValueCount = static_cast<std::uint32_t>(w - first_wait);
     ti.pWaitSemaphoreValues = sub.wait_values.data() + first_wait;
-    ti.signalSemaphoreValueCount = 1;
-    ti.pSignalSemaphoreValues = &sub.signal_values[b];
+    ti.signalSemaphoreValueCount = twin ? 2 : 1;
+    ti.pSignalSemaphoreValues = &sub.signal_values[2 * b];
     auto& info = group.infos[k];
     info.pNext = &ti;
     info.waitSemaphoreCount = static_cast<std::uint32_t>(w - first_wait);
@@ -242,8 +270,8 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     info.pWaitDstStageMask = sub.wait_stages.data() + first_wait;
     info.commandBufferCount = 1;
     info.pCommandBuffers = &sub.command_buffers[b];
-    info.signalSemaphoreCount = 1;
-    info.pSignalSemaphores = &sub.signal_semaphores[b];
+    info.signalSemaphoreCount = twin ? 2 : 1;
+    info.pSignalSemaphores = &sub.signal_semaphores[2 * b];
   }
   sub.recorded = true;
 }
