@@ -22,6 +22,8 @@ void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_
   rq.wire = wire;
   rq.contributing = contributing;
   rq.piece_elems = piece;
+  rq.min_piece_wire_bytes = 2048;  // automatic pieces (piece == 0): several even at test sizes
+  rq.max_pieces = 3;
   rq.lanes = lanes;
   const Schedule s = Algo::build(rq);
   CAPTURE(n);
@@ -77,7 +79,7 @@ TEST_CASE("ChunkedRing: exact, identical and bounded for every size, wire, piece
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{n - 1}, std::size_t{513}, std::size_t{4096},
                               std::size_t{40000 + 13}})
       for (Wire w : all_wires)
-        for (auto [piece, lanes] : {std::pair<std::size_t, std::uint32_t>{512, 1}, {1024, 2}, {4096, 4}, {1 << 20, 4}}) {
+        for (auto [piece, lanes] : {std::pair<std::size_t, std::uint32_t>{512, 1}, {1024, 2}, {4096, 4}, {1 << 20, 4}, {0, 2}}) {
           const std::uint32_t all = (1u << n) - 1;
           check_algorithm<ChunkedRing>(n, count, w, all, piece, lanes);
           if (count == 4096) {
@@ -85,6 +87,23 @@ TEST_CASE("ChunkedRing: exact, identical and bounded for every size, wire, piece
             check_algorithm<ChunkedRing>(n, count, w, 0, piece, lanes);
           }
         }
+}
+
+TEST_CASE("ChunkedRing sizes pieces by wire bytes: at least the minimum, at most max_pieces per chunk") {
+  ScheduleRequest rq;
+  rq.devices = 2;
+  rq.wire = Wire::bf16;
+  rq.count = std::size_t{64} << 20;  // 256 MiB of f32: chunks of 64 MiB on a bf16 wire
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == 4);
+  rq.count = std::size_t{4} << 20;   // 16 MiB: chunks of 4 MiB on the wire -> 4 pieces of 1 MiB
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == 4);
+  rq.count = std::size_t{1} << 20;   // 4 MiB: chunks of 1 MiB on the wire -> one piece
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == 1);
+  rq.count = 1000;
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == 1);
+  rq.piece_elems = 1 << 20;          // fixed pieces of 4 MiB f32
+  rq.count = std::size_t{64} << 20;
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == 32);
 }
 
 TEST_CASE("ChunkedRing pipelines: uploads of one piece precede downloads of the next") {

@@ -1,6 +1,7 @@
-// BySize — the default algorithm: OneShot while the payload is small enough that
-// latency dominates (one hop), ChunkedRing above, where bandwidth does (each device
-// moves 2(n-1)/n of the tensor instead of n-1 times it).
+// BySize — the default algorithm: OneShot while what each device downloads (the
+// payload times n-1) is small enough that latency dominates (one cross-device hop),
+// ChunkedRing above, where bandwidth does (each device moves 2(n-1)/n of the tensor
+// instead of n-1 times it, over 2(n-1) hops).
 #pragma once
 
 #include <tpar/algo/chunked_ring.hpp>
@@ -13,7 +14,7 @@ struct BySize {
 
   static bool use_oneshot(const ScheduleRequest& rq) {
     if (rq.choice != AlgoChoice::automatic) return rq.choice == AlgoChoice::oneshot || rq.devices < 2;
-    return rq.devices < 2 || rq.count * sizeof(float) <= rq.oneshot_max_bytes;
+    return rq.devices < 2 || rq.count * sizeof(float) * (rq.devices - 1) <= rq.oneshot_max_bytes;
   }
 
   static Schedule build(const ScheduleRequest& rq) {

@@ -39,18 +39,24 @@ struct ChunkedRing {
     return out;
   }
 
-  // Pieces per chunk: enough that no piece exceeds piece_elems.
-  static std::size_t pieces_per_chunk(std::size_t count, std::uint32_t n, std::size_t piece_elems) {
-    const std::size_t blocks = (count + wire_block - 1) / wire_block;
-    const std::size_t max_chunk_blocks = (blocks + n - 1) / n;
-    const std::size_t piece_blocks = std::max<std::size_t>(1, piece_elems / wire_block);
-    return std::max<std::size_t>(1, (max_chunk_blocks + piece_blocks - 1) / piece_blocks);
+  // Pieces per chunk: with a fixed piece size, enough that no piece exceeds it; else as
+  // many as keep pieces at least min_piece_wire_bytes on the wire, at most max_pieces.
+  static std::size_t pieces_per_chunk(const ScheduleRequest& rq) {
+    const std::size_t blocks = (rq.count + wire_block - 1) / wire_block;
+    const std::size_t max_chunk_blocks = (blocks + rq.devices - 1) / rq.devices;
+    if (rq.piece_elems) {
+      const std::size_t piece_blocks = std::max<std::size_t>(1, rq.piece_elems / wire_block);
+      return std::max<std::size_t>(1, (max_chunk_blocks + piece_blocks - 1) / piece_blocks);
+    }
+    const std::size_t chunk_wire = wire_words(rq.wire, max_chunk_blocks * wire_block) * 4;
+    const std::size_t pieces = chunk_wire / std::max<std::size_t>(rq.min_piece_wire_bytes, 1);
+    return std::clamp<std::size_t>(pieces, 1, std::max<std::uint32_t>(rq.max_pieces, 1));
   }
 
   static Schedule build(const ScheduleRequest& rq) {
     using detail::align_up;
     const std::uint32_t n = rq.devices;
-    const std::size_t per_chunk = pieces_per_chunk(rq.count, n, rq.piece_elems);
+    const std::size_t per_chunk = pieces_per_chunk(rq);
     std::vector<std::vector<Piece>> chunk(n);
     std::size_t largest = 0;
     for (std::uint32_t c = 0; c < n; ++c) {

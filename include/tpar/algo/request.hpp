@@ -16,11 +16,16 @@ struct ScheduleRequest {
   std::size_t count = 0;
   Wire wire = Wire::f32;
   std::uint32_t contributing = ~0u;       // bit i: device i contributes (else counts as zeros)
-  std::size_t piece_elems = 512 * 1024;   // ChunkedRing: values per pipelined piece (multiple of wire_block)
+  // ChunkedRing: values per pipelined piece (a multiple of wire_block), or 0 to cut each
+  // chunk into pieces of at least min_piece_wire_bytes on the wire, at most max_pieces.
+  std::size_t piece_elems = 0;
+  std::size_t min_piece_wire_bytes = std::size_t{1} << 20;
+  std::uint32_t max_pieces = 4;
   std::uint32_t lanes = 4;                // ChunkedRing: pieces in flight per device
-  // BySize: the algorithm to use (automatic: OneShot up to oneshot_max_bytes of payload).
+  // BySize: the algorithm to use (automatic: OneShot while payload x (n-1) is at most
+  // oneshot_max_bytes).
   AlgoChoice choice = AlgoChoice::automatic;
-  std::size_t oneshot_max_bytes = std::size_t{256} << 10;
+  std::size_t oneshot_max_bytes = std::size_t{12} << 20;
 
   bool contributes(std::uint32_t device) const { return (contributing >> device) & 1u; }
 };

@@ -39,19 +39,30 @@ struct Options {
   // Cross-device sync (runtime-selected communicator only): native = NativeImport,
   // proxy = ProxyBridge, auto = what the group's capabilities allow.
   SyncChoice sync = SyncChoice::automatic;
-  // Algorithm: auto = OneShot up to oneshot_max_bytes of f32 payload, ChunkedRing above.
+  // Algorithm: auto = OneShot while payload x (n - 1) -- what each device downloads --
+  // stays within oneshot_max_bytes, ChunkedRing above. OneShot makes one cross-device
+  // hop, the ring 2(n - 1), and a hop costs tens of microseconds (docs/PERFORMANCE.md).
   AlgoChoice algo = AlgoChoice::automatic;
-  std::size_t oneshot_max_bytes = std::size_t{256} << 10;
+  std::size_t oneshot_max_bytes = std::size_t{12} << 20;
   // Wire: a fixed format, or (nullopt) f32 below bf16_min_bytes of payload and bf16 from it.
   std::optional<Wire> wire;
   std::size_t bf16_min_bytes = std::size_t{1} << 20;
-  // ChunkedRing pipelining: f32 payload per piece, and pieces a device keeps in flight.
-  std::size_t piece_bytes = std::size_t{2} << 20;
-  std::uint32_t lanes = 4;
+  // ChunkedRing pipelining. Each chunk is cut into pieces: by default (piece_bytes = 0)
+  // as many as give pieces of at least min_piece_wire_bytes on the wire, at most
+  // max_pieces; copy engines need large copies to reach their bandwidth, and every piece
+  // costs a semaphore hop, so a few large pieces beat many small ones (measured on H200:
+  // docs/PERFORMANCE.md). A nonzero piece_bytes fixes the f32 payload per piece instead.
+  std::size_t piece_bytes = 0;
+  std::size_t min_piece_wire_bytes = std::size_t{1} << 20;
+  std::uint32_t max_pieces = 4;
+  std::uint32_t lanes = 4;  // pieces a device keeps in flight
   // Calls that may be in flight at once; each has its own host staging slots.
   std::uint32_t depth = 2;
   // Bound on every wait tpar makes (a ready point, a peer, the GPU draining on destroy).
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);
+  // Record GPU timestamps around every batch, for Communicator::profile(). Costs a few
+  // commands per batch; meant for tpar-bench --profile, not for production.
+  bool profile = false;
 
   Wire wire_for(std::size_t payload_bytes) const {
     if (wire) return *wire;

@@ -86,8 +86,11 @@ struct DeviceExtensionFns {
   PFN_vkGetMemoryHostPointerPropertiesEXT get_memory_host_pointer_properties = nullptr;
   PFN_vkGetSemaphoreFdKHR get_semaphore_fd = nullptr;
   PFN_vkImportSemaphoreFdKHR import_semaphore_fd = nullptr;
+  PFN_vkGetCalibratedTimestampsEXT get_calibrated_timestamps = nullptr;
 
-  void load(vk::Device device, bool external_memory_host, bool external_semaphore_fd) {
+  void load(vk::Device device, bool external_memory_host, bool external_semaphore_fd, bool calibrated_timestamps) {
+    if (calibrated_timestamps)
+      get_calibrated_timestamps = load_device_fn<PFN_vkGetCalibratedTimestampsEXT>(device, "vkGetCalibratedTimestampsEXT");
     if (external_memory_host)
       get_memory_host_pointer_properties =
           load_device_fn<PFN_vkGetMemoryHostPointerPropertiesEXT>(device, "vkGetMemoryHostPointerPropertiesEXT");

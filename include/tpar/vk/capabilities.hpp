@@ -54,6 +54,9 @@ struct DeviceCapabilities {
   bool shader_float16 = false;
   bool storage_16bit = false;             // storageBuffer16BitAccess
 
+  bool calibrated_timestamps = false;     // VK_EXT_calibrated_timestamps
+  double timestamp_period_ns = 0;         // nanoseconds per timestamp tick
+
   vk::DeviceSize min_storage_offset_alignment = 0;
   vk::DeviceSize max_storage_buffer_range = 0;
   std::uint32_t max_workgroups_x = 0;
@@ -98,6 +101,7 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
   const auto exts = detail::device_extensions(physical);
   caps.external_memory_host = detail::has_extension(exts, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
   caps.external_semaphore_fd = detail::has_extension(exts, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+  caps.calibrated_timestamps = detail::has_extension(exts, VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
 
   vk::PhysicalDeviceProperties2 props2;
   vk::PhysicalDeviceIDProperties id;
@@ -125,6 +129,7 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
   caps.min_storage_offset_alignment = p.limits.minStorageBufferOffsetAlignment;
   caps.max_storage_buffer_range = p.limits.maxStorageBufferRange;
   caps.max_workgroups_x = p.limits.maxComputeWorkGroupCount[0];
+  caps.timestamp_period_ns = p.limits.timestampPeriod;
 
   if (VK_API_VERSION_MINOR(p.apiVersion) >= 2 || VK_API_VERSION_MAJOR(p.apiVersion) > 1) {
     vk::PhysicalDeviceFeatures2 f2;

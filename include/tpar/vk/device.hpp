@@ -68,6 +68,7 @@ struct EnabledFeatures {
   bool external_semaphore_fd = false;
   bool shader_float16 = false;
   bool storage_16bit = false;
+  bool calibrated_timestamps = false;
 };
 
 class Device {
@@ -88,6 +89,7 @@ class Device {
     vk::Queue transfer_queue;  // null: the device has no transfer-only queue tpar uses
     std::uint32_t transfer_family = 0, transfer_index = 0;
     QueueLock transfer_lock;
+    vk::Queue second_transfer_queue;  // null, or a second queue of the transfer family (index + 1)
   };
 
   explicit Device(Init init)
@@ -105,7 +107,9 @@ class Device {
     if (init.transfer_queue)
       transfer_ = std::make_unique<Queue>(init.transfer_queue, init.transfer_family, init.transfer_index,
                                           std::move(init.transfer_lock));
-    fns_.load(device_, enabled_.external_memory_host, enabled_.external_semaphore_fd);
+    if (init.transfer_queue && init.second_transfer_queue)
+      second_transfer_ = std::make_unique<Queue>(init.second_transfer_queue, init.transfer_family, init.transfer_index + 1);
+    fns_.load(device_, enabled_.external_memory_host, enabled_.external_semaphore_fd, enabled_.calibrated_timestamps);
   }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -133,6 +137,9 @@ class Device {
   Queue& transfer_queue() { return transfer_ ? *transfer_ : *compute_; }
   const Queue& transfer_queue() const { return transfer_ ? *transfer_ : *compute_; }
   bool has_transfer_queue() const { return transfer_ != nullptr; }
+  // A second queue of the transfer family, where the device has one (and tpar created
+  // the device): copies in the other direction can run on it concurrently.
+  Queue* second_transfer_queue() { return second_transfer_.get(); }
 
   const detail::DeviceExtensionFns& extension_fns() const { return fns_; }
 
@@ -153,6 +160,7 @@ class Device {
   EnabledFeatures enabled_;
   std::unique_ptr<Queue> compute_;
   std::unique_ptr<Queue> transfer_;
+  std::unique_ptr<Queue> second_transfer_;
   detail::DeviceExtensionFns fns_;
   std::once_flag kernels_once_;
   std::unique_ptr<KernelSet> kernels_;

@@ -293,6 +293,10 @@ inline std::unique_ptr<Device> open_device(GroupState& state, vk::PhysicalDevice
     enable.push_back(VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
     enabled.external_semaphore_fd = true;
   }
+  if (caps.calibrated_timestamps) {
+    enable.push_back(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
+    enabled.calibrated_timestamps = true;
+  }
   for (const auto& e : options.required_extensions)
     if (std::find_if(enable.begin(), enable.end(), [&](const char* s) { return e == s; }) == enable.end())
       enable.push_back(e.c_str());
@@ -308,9 +312,11 @@ inline std::unique_ptr<Device> open_device(GroupState& state, vk::PhysicalDevice
   enabled.shader_float16 = caps.shader_float16;
   enabled.storage_16bit = caps.storage_16bit;
 
-  const float priority = 1.0f;
-  std::vector<vk::DeviceQueueCreateInfo> queues{vk::DeviceQueueCreateInfo({}, caps.compute_family, 1, &priority)};
-  if (caps.transfer_family) queues.emplace_back(vk::DeviceQueueCreateFlags{}, *caps.transfer_family, 1, &priority);
+  const float priorities[2] = {1.0f, 1.0f};
+  std::vector<vk::DeviceQueueCreateInfo> queues{vk::DeviceQueueCreateInfo({}, caps.compute_family, 1, priorities)};
+  const std::uint32_t transfer_queues =
+      caps.transfer_family ? std::min<std::uint32_t>(2, caps.queue_families[*caps.transfer_family].queueCount) : 0;
+  if (caps.transfer_family) queues.emplace_back(vk::DeviceQueueCreateFlags{}, *caps.transfer_family, transfer_queues, priorities);
   vk::DeviceCreateInfo info({}, queues, {}, enable, nullptr, &f2);
   vk::Device device;
   check(physical.createDevice(&info, nullptr, &device), "vkCreateDevice for device " + std::to_string(index) + " (" + caps.name + ")");
@@ -329,6 +335,7 @@ inline std::unique_ptr<Device> open_device(GroupState& state, vk::PhysicalDevice
   if (caps.transfer_family) {
     init.transfer_family = *caps.transfer_family;
     init.transfer_queue = device.getQueue(*caps.transfer_family, 0);
+    if (transfer_queues > 1) init.second_transfer_queue = device.getQueue(*caps.transfer_family, 1);
   }
   init.caps = std::move(caps);
   try {
@@ -392,6 +399,7 @@ class DeviceGroup {
       init.index = i;
       init.enabled.external_memory_host = caps.external_memory_host && listed(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
       init.enabled.external_semaphore_fd = caps.external_semaphore_fd && listed(VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+      init.enabled.calibrated_timestamps = caps.calibrated_timestamps && listed(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
       init.enabled.shader_float16 = a.shader_float16_enabled;
       init.enabled.storage_16bit = a.storage_16bit_enabled;
       init.compute_queue = a.compute_queue;
