@@ -9,6 +9,7 @@
 #include "common/cli.hpp"
 
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +33,13 @@ double cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// CPU time of the calling thread only.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 std::string human_bytes(std::size_t b) {
@@ -144,20 +152,198 @@ struct DeviceRig {
   }
 };
 
-struct LinkFigures {
-  // Per device, GB/s: alone, and with every device copying at once.
-  std::vector<double> d2h_alone, h2d_alone, duplex_alone, d2h_all, h2d_all, duplex_all;
+// Host-staging bandwidth. The paths a device can move data between its memory and host
+// memory imported into it: copy engines (vkCmdCopyBuffer) on the transfer queue, the
+// compute queue, or a second transfer queue; or compute shaders that write to / read from
+// the host memory directly over PCIe.
+enum class Path { ce_d2h, ce_h2d_compute, ce_h2d_transfer2, sm_d2h, sm_h2d };
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::ce_d2h: return "copy d2h (transfer queue)";
+    case Path::ce_h2d_compute: return "copy h2d (compute queue)";
+    case Path::ce_h2d_transfer2: return "copy h2d (2nd transfer queue)";
+    case Path::sm_d2h: return "shader d2h (compute queue)";
+    case Path::sm_h2d: return "shader h2d (compute queue)";
+  }
+  return "?";
+}
+
+struct LinkCombo {
+  std::vector<Path> paths;
+  std::vector<double> alone;  // GB/s per device, each device alone (all paths' bytes)
+  double all = 0;             // GB/s per device, every device at once
 };
+
+struct LinkFigures {
+  std::vector<LinkCombo> combos;
+  // The data path the communicator uses (copy d2h on the transfer queue, copy h2d on the
+  // compute queue), every device at once, GB/s per device: the bound rows are judged by.
+  double d2h_all = 0, h2d_all = 0, duplex_all = 0;
+};
+
+LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet) {
+  const std::size_t n = group.size();
+  tpar::HostImport::check_support(group);
+  if (!quiet) std::fprintf(stderr, "%s: measuring host-staging bandwidth (%s per copy)\n", program.c_str(), human_bytes(bytes).c_str());
+  // Host memory: the first half receives device->host traffic, the second half feeds
+  // host->device, so concurrent directions never touch the same bytes.
+  tpar::HostImport::Generation staging(group, 2 * bytes, 1, bytes);
+  const std::uint32_t words = static_cast<std::uint32_t>(bytes / 4);
+  struct Dev {
+    std::unique_ptr<Buffer> second;
+    vk::CommandPool compute_pool, transfer_pool;
+    vk::DescriptorPool descriptors;
+    vk::DescriptorSet to_host, from_host;
+    std::vector<tpar::Timeline> timelines;  // compute, transfer, second transfer
+    std::uint64_t values[3] = {0, 0, 0};
+  };
+  std::vector<Dev> devs(n);
+  for (std::size_t d = 0; d < n; ++d) {
+    auto& dev = group[d];
+    auto& x = devs[d];
+    const vk::Device vkd = dev.handle();
+    x.second = std::make_unique<Buffer>(dev, bytes, false);
+    vk::CommandPoolCreateInfo cp(vk::CommandPoolCreateFlagBits::eTransient, dev.compute_queue().family());
+    vk_check(vkd.createCommandPool(&cp, nullptr, &x.compute_pool), "vkCreateCommandPool");
+    cp.queueFamilyIndex = dev.transfer_queue().family();
+    vk_check(vkd.createCommandPool(&cp, nullptr, &x.transfer_pool), "vkCreateCommandPool");
+    for (int q = 0; q < 3; ++q) x.timelines.emplace_back(vkd);
+    vk::DescriptorPoolSize size(vk::DescriptorType::eStorageBuffer, 4);
+    vk::DescriptorPoolCreateInfo dp({}, 2, 1, &size);
+    vk_check(vkd.createDescriptorPool(&dp, nullptr, &x.descriptors), "vkCreateDescriptorPool");
+    const vk::DescriptorSetLayout layouts[2] = {dev.kernels().set_layout(), dev.kernels().set_layout()};
+    vk::DescriptorSet sets[2];
+    vk::DescriptorSetAllocateInfo ai(x.descriptors, 2, layouts);
+    vk_check(vkd.allocateDescriptorSets(&ai, sets), "vkAllocateDescriptorSets");
+    x.to_host = sets[0];
+    x.from_host = sets[1];
+    const vk::DescriptorBufferInfo scratch(staging.scratch(d), 0, bytes), second(x.second->buffer, 0, bytes),
+        host_out(staging.host_buffer(d, d), 0, bytes), host_in(staging.host_buffer(d, d), bytes, bytes);
+    const vk::WriteDescriptorSet w[4] = {
+        vk::WriteDescriptorSet(x.to_host, 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &scratch),
+        vk::WriteDescriptorSet(x.to_host, 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host_out),
+        vk::WriteDescriptorSet(x.from_host, 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &second),
+        vk::WriteDescriptorSet(x.from_host, 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host_in)};
+    vkd.updateDescriptorSets(4, w, 0, nullptr);
+  }
+  const int reps = 4;
+  // Submits one path on one device; returns the (queue slot, command buffer) to free.
+  auto submit = [&](std::size_t d, Path path) {
+    auto& dev = group[d];
+    auto& x = devs[d];
+    const int slot = path == Path::ce_d2h ? 1 : path == Path::ce_h2d_transfer2 ? 2 : 0;
+    tpar::Queue* queue = slot == 0 ? &dev.compute_queue() : slot == 1 ? &dev.transfer_queue() : dev.second_transfer_queue();
+    const vk::CommandPool pool = slot == 0 ? x.compute_pool : x.transfer_pool;
+    vk::CommandBuffer cb;
+    vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
+    vk_check(dev.handle().allocateCommandBuffers(&ai, &cb), "vkAllocateCommandBuffers");
+    vk::CommandBufferBeginInfo bi(vk::CommandBufferUsageFlagBits::eOneTimeSubmit);
+    vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
+    const bool shader = path == Path::sm_d2h || path == Path::sm_h2d;
+    const vk::PipelineStageFlags stage = shader ? vk::PipelineStageFlags(vk::PipelineStageFlagBits::eComputeShader)
+                                                : vk::PipelineStageFlags(vk::PipelineStageFlagBits::eTransfer);
+    const vk::MemoryBarrier m(vk::AccessFlagBits::eMemoryWrite, vk::AccessFlagBits::eMemoryWrite | vk::AccessFlagBits::eMemoryRead);
+    for (int r = 0; r < reps; ++r) {
+      if (shader) {
+        auto& k = dev.kernels();
+        tpar::KernelArgs args;
+        args.count = words;
+        const bool out = path == Path::sm_d2h;
+        args.mode = static_cast<std::uint32_t>(out ? tpar::PackMode::encode : tpar::PackMode::zeros);
+        if (!out) args.mode = static_cast<std::uint32_t>(tpar::CombineMode::unpack);
+        cb.bindPipeline(vk::PipelineBindPoint::eCompute, k.pipeline(out ? tpar::Kernel::pack : tpar::Kernel::combine, tpar::Wire::f32));
+        cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, k.layout(), 0, 1, out ? &x.to_host : &x.from_host, 0, nullptr);
+        cb.pushConstants(k.layout(), vk::ShaderStageFlagBits::eCompute, 0, sizeof args, &args);
+        cb.dispatch(tpar::kernel_groups(words, dev.capabilities().max_workgroups_x), 1, 1);
+      } else {
+        const vk::Buffer host = staging.host_buffer(d, d);
+        const vk::BufferCopy to_host(0, 0, bytes), from_host(bytes, 0, bytes);
+        if (path == Path::ce_d2h) cb.copyBuffer(staging.scratch(d), host, 1, &to_host);
+        else cb.copyBuffer(host, x.second->buffer, 1, &from_host);
+      }
+      cb.pipelineBarrier(stage, stage, {}, 1, &m, 0, nullptr, 0, nullptr);
+    }
+    vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb)), "vkEndCommandBuffer");
+    const vk::Semaphore sem = x.timelines[slot].handle();
+    const std::uint64_t signal = ++x.values[slot];
+    vk::TimelineSemaphoreSubmitInfo ti(0, nullptr, 1, &signal);
+    vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb, 1, &sem, &ti);
+    vk_check(queue->submit(std::span(&si, 1)), "vkQueueSubmit");
+    return std::make_pair(pool, cb);
+  };
+  // GB/s per device for `paths` run concurrently on each of `devices`.
+  auto run = [&](const std::vector<std::size_t>& devices, const std::vector<Path>& paths) {
+    std::vector<std::pair<std::size_t, std::pair<vk::CommandPool, vk::CommandBuffer>>> cbs;
+    const auto t0 = Clock::now();
+    for (auto d : devices)
+      for (Path p : paths) cbs.push_back({d, submit(d, p)});
+    for (auto d : devices)
+      for (int q = 0; q < 3; ++q) {
+        const vk::Semaphore sem = devs[d].timelines[q].handle();
+        vk_check(tpar::detail::wait_all(group[d].handle(), std::span(&sem, 1), std::span(&devs[d].values[q], 1),
+                                        std::chrono::seconds(120)),
+                 "waiting for link copies");
+      }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (auto& [d, c] : cbs) group[d].handle().freeCommandBuffers(c.first, 1, &c.second);
+    return double(bytes) * reps * double(paths.size()) / seconds / 1e9;
+  };
+  const bool two = [&] {
+    for (std::size_t d = 0; d < n; ++d)
+      if (!group[d].second_transfer_queue()) return false;
+    return true;
+  }();
+  std::vector<std::vector<Path>> combos = {{Path::ce_d2h}, {Path::ce_h2d_compute}, {Path::sm_d2h}, {Path::sm_h2d},
+                                           {Path::ce_d2h, Path::ce_h2d_compute}, {Path::ce_d2h, Path::sm_h2d},
+                                           {Path::sm_d2h, Path::ce_h2d_compute}};
+  if (two) {
+    combos.insert(combos.begin() + 2, {Path::ce_h2d_transfer2});
+    combos.push_back({Path::ce_d2h, Path::ce_h2d_transfer2});
+    combos.push_back({Path::sm_d2h, Path::ce_h2d_transfer2});
+  }
+  std::vector<std::size_t> all(n);
+  for (std::size_t d = 0; d < n; ++d) all[d] = d;
+  LinkFigures f;
+  for (int pass = 0; pass < 2; ++pass) {  // the first pass warms up (pins pages, wakes links)
+    f.combos.clear();
+    for (const auto& paths : combos) {
+      LinkCombo c;
+      c.paths = paths;
+      for (std::size_t d = 0; d < n; ++d) c.alone.push_back(run({d}, paths));
+      c.all = run(all, paths);
+      f.combos.push_back(c);
+    }
+  }
+  for (const auto& c : f.combos) {
+    if (c.paths == std::vector<Path>{Path::ce_d2h}) f.d2h_all = c.all;
+    if (c.paths == std::vector<Path>{Path::ce_h2d_compute}) f.h2d_all = c.all;
+    if (c.paths == std::vector<Path>{Path::ce_d2h, Path::ce_h2d_compute}) f.duplex_all = c.all;
+  }
+  for (std::size_t d = 0; d < n; ++d) {
+    const vk::Device vkd = group[d].handle();
+    vkd.destroyDescriptorPool(devs[d].descriptors);
+    vkd.destroyCommandPool(devs[d].compute_pool);
+    vkd.destroyCommandPool(devs[d].transfer_pool);
+  }
+  return f;
+}
 
 struct Config {
   std::vector<std::size_t> sizes;
   std::size_t min_bytes = 16 << 10, max_bytes = 0, factor = 4;
-  int iters = 0, warmup = 5;
+  int iters = 0, warmup = 5, repeat = 1;
   std::vector<std::optional<tpar::Wire>> wires{std::nullopt};
   std::vector<tpar::AlgoChoice> algos{tpar::AlgoChoice::automatic};
   tpar::SyncChoice sync = tpar::SyncChoice::automatic;
   bool link = false, link_only = false, csv = false, json = false, quiet = false;
   std::size_t link_bytes = 256 << 20;
+  std::size_t piece_bytes = 0;
+  std::uint32_t lanes = 0;
+  std::uint32_t max_pieces = 0;
+  bool profile = false;
+  std::string profile_out;
+  bool wake = false;
   tpar::GroupOptions group;
   bool explicit_devices = false;
 };
@@ -169,7 +355,8 @@ void print_help() {
       "in place, f32 payload), then checks every result. Columns: bytes and count of the f32\n"
       "payload, wire, algorithm, sync, time per call (us), algbw = bytes/time and busbw =\n"
       "algbw*2(n-1)/n (GB/s), max error relative to sum|x| on random data, #wrong values on\n"
-      "integer data (must be 0), host CPU time per call (us, all threads), and with --link the\n"
+      "integer data (must be 0), host CPU time per call (us: every thread of the process, less\n"
+      "the bench's own wait for the results), and with --link the\n"
       "efficiency against the host-staging bound.\n\n"
       "Sizes:\n"
       "  -b, --min-bytes SIZE  smallest payload (default 16K)\n"
@@ -179,12 +366,23 @@ void print_help() {
       "Runs:\n"
       "  -n, --iters N         timed calls per size (default: 200 up to 1M, 40 up to 16M, 10 above)\n"
       "  -w, --warmup N        untimed calls first (default 5)\n"
+      "  -r, --repeat R        time R runs of N calls and report the median run (default 1)\n"
       "  --wire W              auto, f32, bf16, f16 or all (default auto)\n"
       "  --algo A              auto, ring, oneshot or all (default auto)\n"
       "  --sync S              auto, native or proxy (default auto)\n"
       "  --link                measure host-staging bandwidth first, and report efficiency\n"
       "  --link-only           only measure the host-staging bandwidth\n"
+      "  --wake                only measure how late a host thread blocked in vkWaitSemaphores\n"
+      "                        wakes after the GPU signals (what ProxyBridge pays per hop)\n"
       "  --link-bytes SIZE     bytes per link copy (default 256M)\n"
+      "  --piece-bytes SIZE    ChunkedRing: fixed f32 payload per pipelined piece (default:\n"
+      "                        automatic, see --max-pieces)\n"
+      "  --max-pieces N        ChunkedRing: at most N pieces per chunk, each at least 1 MiB on\n"
+      "                        the wire (default 4)\n"
+      "  --lanes N             ChunkedRing: pieces in flight per device (default 4)\n"
+      "  --profile             after each row, one more call with GPU timestamps around every\n"
+      "                        batch: per device and queue, batches, busy time and the span\n"
+      "  --profile-out PREFIX  also write every batch to PREFIX-<bytes>-<wire>-<algo>.csv\n"
       "Output:\n"
       "  --csv, --json         machine-readable table on stdout\n"
       "  -q, --quiet           no progress on stderr\n"
@@ -221,6 +419,9 @@ Config parse(int argc, char** argv) {
     } else if (a == "-n" || a == "--iters") {
       c.iters = tpar_cli::parse_number<int>(program, a, value());
       if (c.iters < 1) tpar_cli::usage_error(program, "--iters must be at least 1");
+    } else if (a == "-r" || a == "--repeat") {
+      c.repeat = tpar_cli::parse_number<int>(program, a, value());
+      if (c.repeat < 1) tpar_cli::usage_error(program, "--repeat must be at least 1");
     } else if (a == "-w" || a == "--warmup") {
       c.warmup = tpar_cli::parse_number<int>(program, a, value());
     } else if (a == "--wire") {
@@ -248,6 +449,19 @@ Config parse(int argc, char** argv) {
       c.link = c.link_only = true;
     } else if (a == "--link-bytes") {
       c.link_bytes = tpar_cli::parse_size(program, a, value());
+    } else if (a == "--piece-bytes") {
+      c.piece_bytes = tpar_cli::parse_size(program, a, value());
+    } else if (a == "--max-pieces") {
+      c.max_pieces = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+    } else if (a == "--lanes") {
+      c.lanes = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+    } else if (a == "--wake") {
+      c.wake = true;
+    } else if (a == "--profile") {
+      c.profile = true;
+    } else if (a == "--profile-out") {
+      c.profile = true;
+      c.profile_out = std::string(value());
     } else if (a == "--csv") {
       c.csv = true;
     } else if (a == "--json") {
@@ -264,91 +478,62 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-// Host-staging bandwidth: each device copies between its device-local scratch and host
-// memory imported into it, alone and all at once, one direction and both.
-LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet) {
-  const std::size_t n = group.size();
-  tpar::HostImport::check_support(group);
-  if (!quiet) std::fprintf(stderr, "%s: measuring host-staging bandwidth (%s per copy)\n", program.c_str(), human_bytes(bytes).c_str());
-  tpar::HostImport::Generation staging(group, bytes, 1, bytes);
-  std::vector<std::unique_ptr<Buffer>> second;  // duplex needs a second device buffer
-  for (std::size_t d = 0; d < n; ++d) second.push_back(std::make_unique<Buffer>(group[d], bytes, false));
-  std::vector<vk::CommandPool> pools(2 * n);
-  std::vector<tpar::Timeline> timelines;
-  std::vector<std::uint64_t> values(2 * n, 0);
-  for (std::size_t d = 0; d < n; ++d) {
-    for (int q = 0; q < 2; ++q) {
-      vk::CommandPoolCreateInfo info(vk::CommandPoolCreateFlagBits::eTransient,
-                                     q ? group[d].transfer_queue().family() : group[d].compute_queue().family());
-      vk_check(group[d].handle().createCommandPool(&info, nullptr, &pools[2 * d + q]), "vkCreateCommandPool");
-      timelines.emplace_back(group[d].handle());
-    }
+// How late a host thread blocked in vkWaitSemaphores wakes after a queue's signal: the
+// GPU copies for ~100 us, stamps the end, then signals; the host, already waiting, notes
+// when it woke. Needs calibrated timestamps to relate the two clocks.
+void measure_wake(tpar::DeviceGroup& group, int trials) {
+  auto& dev = group[0];
+  const auto& fns = dev.extension_fns();
+  if (!fns.get_calibrated_timestamps) die("--wake needs VK_EXT_calibrated_timestamps on device 0");
+  const std::size_t bytes = std::size_t{256} << 20;
+  Buffer a(dev, bytes, false), b(dev, bytes, false);
+  const vk::Device vkd = dev.handle();
+  vk::CommandPool pool;
+  vk::CommandPoolCreateInfo pi({}, dev.compute_queue().family());
+  vk_check(vkd.createCommandPool(&pi, nullptr, &pool), "vkCreateCommandPool");
+  vk::QueryPool queries;
+  vk::QueryPoolCreateInfo qi({}, vk::QueryType::eTimestamp, 1);
+  vk_check(vkd.createQueryPool(&qi, nullptr, &queries), "vkCreateQueryPool");
+  vk::CommandBuffer cb;
+  vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
+  vk_check(vkd.allocateCommandBuffers(&ai, &cb), "vkAllocateCommandBuffers");
+  vk::CommandBufferBeginInfo bi;
+  vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
+  cb.resetQueryPool(queries, 0, 1);
+  const vk::BufferCopy region(0, 0, bytes / 4);
+  cb.copyBuffer(a.buffer, b.buffer, 1, &region);
+  cb.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, queries, 0);
+  vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb)), "vkEndCommandBuffer");
+  tpar::Timeline timeline(vkd);
+  const double period = dev.capabilities().timestamp_period_ns;
+  std::vector<double> late;
+  for (int t = 0; t < trials; ++t) {
+    const vk::Semaphore sem = timeline.handle();
+    const std::uint64_t value = std::uint64_t(t) + 1;
+    vk::TimelineSemaphoreSubmitInfo ti(0, nullptr, 1, &value);
+    vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb, 1, &sem, &ti);
+    vk_check(dev.compute_queue().submit(std::span(&si, 1)), "vkQueueSubmit");
+    vk_check(tpar::detail::wait_all(vkd, std::span(&sem, 1), std::span(&value, 1), std::chrono::seconds(10)), "vkWaitSemaphores");
+    timespec woke{};
+    clock_gettime(CLOCK_MONOTONIC, &woke);
+    std::uint64_t stamp = 0;
+    vk_check(vkd.getQueryPoolResults(queries, 0, 1, sizeof stamp, &stamp, sizeof stamp, vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWait),
+             "vkGetQueryPoolResults");
+    const VkCalibratedTimestampInfoEXT infos[2] = {{VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, nullptr, VK_TIME_DOMAIN_DEVICE_EXT},
+                                                  {VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, nullptr, VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT}};
+    std::uint64_t ts[2] = {0, 0}, deviation = 0;
+    vk_check(vk::Result(fns.get_calibrated_timestamps(vkd, 2, infos, ts, &deviation)), "vkGetCalibratedTimestampsEXT");
+    const double gpu_end_ns = double(ts[1]) + (double(stamp) - double(ts[0])) * period;
+    const double woke_ns = double(woke.tv_sec) * 1e9 + double(woke.tv_nsec);
+    late.push_back((woke_ns - gpu_end_ns) / 1e3);
   }
-  const int reps = 4;
-  // dir: 0 = device->host on the transfer queue, 1 = host->device on the compute queue,
-  // 2 = both at once (each on its queue).
-  auto run = [&](std::vector<std::size_t> devices, int dir) {
-    std::vector<vk::CommandBuffer> cbs;
-    auto submit = [&](std::size_t d, int q, vk::Buffer from, vk::Buffer to) {
-      vk::CommandBuffer cb;
-      vk::CommandBufferAllocateInfo ai(pools[2 * d + q], vk::CommandBufferLevel::ePrimary, 1);
-      vk_check(group[d].handle().allocateCommandBuffers(&ai, &cb), "vkAllocateCommandBuffers");
-      vk::CommandBufferBeginInfo bi(vk::CommandBufferUsageFlagBits::eOneTimeSubmit);
-      vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
-      const vk::BufferCopy region(0, 0, bytes);
-      const vk::MemoryBarrier m(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eTransferWrite | vk::AccessFlagBits::eTransferRead);
-      for (int r = 0; r < reps; ++r) {
-        cb.copyBuffer(from, to, 1, &region);
-        cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eTransfer, {}, 1, &m, 0, nullptr, 0, nullptr);
-      }
-      vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb)), "vkEndCommandBuffer");
-      const vk::Semaphore sem = timelines[2 * d + q].handle();
-      const std::uint64_t signal = ++values[2 * d + q];
-      vk::TimelineSemaphoreSubmitInfo ti(0, nullptr, 1, &signal);
-      vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb, 1, &sem, &ti);
-      auto& queue = q ? group[d].transfer_queue() : group[d].compute_queue();
-      vk_check(queue.submit(std::span(&si, 1)), "vkQueueSubmit");
-      cbs.push_back(cb);
-    };
-    const auto t0 = Clock::now();
-    for (auto d : devices) {
-      const vk::Buffer host = staging.host_buffer(d, d), dev = staging.scratch(d);
-      if (dir == 0 || dir == 2) submit(d, 1, dev, host);
-      if (dir == 1 || dir == 2) submit(d, 0, host, second[d]->buffer);
-    }
-    for (auto d : devices)
-      for (int q = 0; q < 2; ++q) {
-        const vk::Semaphore sem = timelines[2 * d + q].handle();
-        vk_check(tpar::detail::wait_all(group[d].handle(), std::span(&sem, 1), std::span(&values[2 * d + q], 1),
-                                        std::chrono::seconds(120)),
-                 "waiting for link copies");
-      }
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::size_t k = 0;
-    for (auto d : devices)
-      for (int q = 0; q < 2; ++q)
-        if ((q == 1 && (dir == 0 || dir == 2)) || (q == 0 && (dir == 1 || dir == 2)))
-          group[d].handle().freeCommandBuffers(pools[2 * d + q], 1, &cbs[k++]);
-    const double moved = double(bytes) * reps * (dir == 2 ? 2 : 1);
-    return moved / seconds / 1e9;  // per device
-  };
-  LinkFigures f;
-  std::vector<std::size_t> all(n);
-  for (std::size_t d = 0; d < n; ++d) all[d] = d;
-  for (int pass = 0; pass < 2; ++pass) {  // first pass warms up (pins pages, wakes links)
-    f = {};
-    for (std::size_t d = 0; d < n; ++d) {
-      f.d2h_alone.push_back(run({d}, 0));
-      f.h2d_alone.push_back(run({d}, 1));
-      f.duplex_alone.push_back(run({d}, 2));
-    }
-    const double d2h = run(all, 0), h2d = run(all, 1), duplex = run(all, 2);
-    f.d2h_all.assign(n, d2h);
-    f.h2d_all.assign(n, h2d);
-    f.duplex_all.assign(n, duplex);
-  }
-  for (std::size_t i = 0; i < pools.size(); ++i) group[i / 2].handle().destroyCommandPool(pools[i]);
-  return f;
+  std::sort(late.begin(), late.end());
+  auto at = [&](double q) { return late[std::min(late.size() - 1, std::size_t(q * double(late.size())))]; };
+  std::printf("# vkWaitSemaphores wake-up after a GPU signal, device 0 (%s), %d trials, microseconds\n",
+              dev.capabilities().name.c_str(), trials);
+  std::printf("  min %.1f  p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n", late.front(), at(0.5), at(0.9), at(0.99), late.back());
+  vkd.destroyQueryPool(queries);
+  vkd.destroyCommandPool(pool);
 }
 
 struct Row {
@@ -369,8 +554,7 @@ double bound_seconds(const tpar::Schedule& s, const LinkFigures& link) {
         if (c.dst.kind == tpar::Region::Kind::host) up += double(c.bytes);
         if (c.src.kind == tpar::Region::Kind::host) down += double(c.bytes);
       }
-    const double t = std::max({up / (link.d2h_all[d] * 1e9), down / (link.h2d_all[d] * 1e9),
-                               (up + down) / (link.duplex_all[d] * 1e9)});
+    const double t = std::max({up / (link.d2h_all * 1e9), down / (link.h2d_all * 1e9), (up + down) / (link.duplex_all * 1e9)});
     worst = std::max(worst, t);
   }
   return worst;
@@ -402,27 +586,42 @@ int main(int argc, char** argv) {
     const std::string header = "tpar-bench " TPAR_VERSION_STRING ": " + std::to_string(n) + " device" + (n == 1 ? "" : "s") +
                                " (" + names + (group[0].is_virtual() ? ", virtual" : "") + ")";
 
+    if (cfg.wake) {
+      measure_wake(group, cfg.iters ? cfg.iters : 300);
+      return 0;
+    }
     std::optional<LinkFigures> link;
     if (cfg.link) {
       link = measure_link(group, cfg.link_bytes, cfg.quiet);
+      auto combo_name = [](const LinkCombo& c) {
+        std::string s;
+        for (Path p : c.paths) s += (s.empty() ? "" : " + ") + std::string(path_name(p));
+        return s;
+      };
       if (!cfg.csv && !cfg.json) {
-        std::printf("# %s\n# host-staging bandwidth, GB/s per device (%s copies through imported host memory)\n", header.c_str(),
-                    human_bytes(cfg.link_bytes).c_str());
-        std::printf("# %-7s %10s %10s %10s %12s %12s %12s\n", "device", "d2h alone", "h2d alone", "both alone", "d2h all-on",
-                    "h2d all-on", "both all-on");
-        for (std::size_t d = 0; d < n; ++d)
-          std::printf("  %-7zu %10.2f %10.2f %10.2f %12.2f %12.2f %12.2f\n", d, link->d2h_alone[d], link->h2d_alone[d],
-                      link->duplex_alone[d], link->d2h_all[d], link->h2d_all[d], link->duplex_all[d]);
+        std::printf("# %s\n# host-staging bandwidth in GB/s per device (%s per transfer, through imported host memory);\n"
+                    "# a row of two paths runs both at once and counts the bytes of both\n",
+                    header.c_str(), human_bytes(cfg.link_bytes).c_str());
+        std::printf("# %-62s", "paths");
+        for (std::size_t d = 0; d < n; ++d) std::printf(" %8s", ("dev " + std::to_string(d)).c_str());
+        std::printf(" %12s\n", n > 1 ? "all at once" : "");
+        for (const auto& c : link->combos) {
+          std::printf("  %-62s", combo_name(c).c_str());
+          for (double v : c.alone) std::printf(" %8.2f", v);
+          if (n > 1) std::printf(" %12.2f", c.all);
+          std::printf("\n");
+        }
         std::printf("\n");
       }
       if (cfg.link_only) {
         if (cfg.json) {
-          std::printf("{\"devices\": %zu, \"link_bytes\": %zu, \"link\": [", n, cfg.link_bytes);
-          for (std::size_t d = 0; d < n; ++d)
-            std::printf("%s{\"device\": %zu, \"d2h_alone\": %.3f, \"h2d_alone\": %.3f, \"duplex_alone\": %.3f, \"d2h_all\": %.3f, "
-                        "\"h2d_all\": %.3f, \"duplex_all\": %.3f}",
-                        d ? ", " : "", d, link->d2h_alone[d], link->h2d_alone[d], link->duplex_alone[d], link->d2h_all[d],
-                        link->h2d_all[d], link->duplex_all[d]);
+          std::printf("{\"devices\": %zu, \"link_bytes\": %zu, \"paths\": [", n, cfg.link_bytes);
+          for (std::size_t i = 0; i < link->combos.size(); ++i) {
+            const auto& c = link->combos[i];
+            std::printf("%s{\"paths\": %s, \"alone\": [", i ? ", " : "", tpar_cli::json_string(combo_name(c)).c_str());
+            for (std::size_t d = 0; d < n; ++d) std::printf("%s%.3f", d ? ", " : "", c.alone[d]);
+            std::printf("], \"all_at_once\": %.3f}", c.all);
+          }
           std::printf("]}\n");
         }
         return 0;
@@ -446,6 +645,10 @@ int main(int argc, char** argv) {
       options.algo = algo;
       options.sync = cfg.sync;
       options.timeout = std::chrono::seconds(60);
+      if (cfg.piece_bytes) options.piece_bytes = cfg.piece_bytes;
+      options.profile = cfg.profile;
+      if (cfg.lanes) options.lanes = cfg.lanes;
+      if (cfg.max_pieces) options.max_pieces = cfg.max_pieces;
       auto comm = tpar::make_communicator(group, options);
       const std::string sync_name(to_string(comm.sync_kind()));
       for (std::size_t bytes : cfg.sizes) {
@@ -479,19 +682,31 @@ int main(int argc, char** argv) {
           for (int i = 0; i < cfg.warmup; ++i) comm.allreduce(spans, args).wait();
           restore();
           const int iters = cfg.iters ? cfg.iters : bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 40 : 10;
-          double seconds = 0, cpu = 0;
+          std::vector<double> runs;
+          double cpu = 0;
+          for (int rep = 0; rep < cfg.repeat; ++rep) {
+          double seconds = 0;
           for (int done = 0; done < iters;) {
             const int k = std::min(batch, iters - done);
             const double c0 = cpu_seconds();
             const auto t0 = Clock::now();
             tpar::Ticket last;
             for (int i = 0; i < k; ++i) last = comm.allreduce(spans, args);
+            // The bench's own host wait is not tpar's work (some drivers spin in it).
+            const double w0 = thread_cpu_seconds();
             last.wait();
+            const double waited = thread_cpu_seconds() - w0;
             seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-            cpu += cpu_seconds() - c0;
+            cpu += cpu_seconds() - c0 - waited;
             done += k;
             if (done < iters) restore();
           }
+          runs.push_back(seconds);
+          restore();
+          }
+          std::sort(runs.begin(), runs.end());
+          const double seconds = runs[runs.size() / 2];
+          cpu /= cfg.repeat;
           const auto info = comm.last_call();
 
           // Correctness: integers must be exact everywhere; random data within the bound.
@@ -556,6 +771,49 @@ int main(int argc, char** argv) {
                         row.wire.c_str(), row.algo.c_str(), row.sync.c_str(), row.time_us, row.algbw, row.busbw, row.max_err,
                         row.wrong, row.cpu_us, eff);
             std::fflush(stdout);
+          }
+          if (cfg.profile) {
+            comm.allreduce(spans, args).wait();
+            const tpar::CallProfile prof = comm.profile();
+            std::string line = "#   profile: span " + std::to_string(int(prof.span_us())) + " us" + (prof.aligned ? "" : " (clocks not aligned)");
+            for (std::size_t d = 0; d < n; ++d) {
+              double busy[2] = {0, 0};
+              int count[2] = {0, 0};
+              double first_start[2] = {1e300, 1e300}, last_end[2] = {0, 0};
+              for (const auto& b : prof.devices[d]) {
+                if (std::isnan(b.start_us)) continue;
+                const int r = static_cast<int>(b.role);
+                busy[r] += b.end_us - b.start_us;
+                ++count[r];
+                first_start[r] = std::min(first_start[r], b.start_us);
+                last_end[r] = std::max(last_end[r], b.end_us);
+              }
+              char buf[256];
+              std::snprintf(buf, sizeof buf, "; dev %zu: compute %d batches %.0f us busy [%.0f..%.0f], transfer %d batches %.0f us busy [%.0f..%.0f]",
+                            d, count[0], busy[0], count[0] ? first_start[0] : 0.0, last_end[0], count[1], busy[1],
+                            count[1] ? first_start[1] : 0.0, last_end[1]);
+              line += buf;
+            }
+            if (!cfg.csv && !cfg.json) std::printf("%s\n", line.c_str());
+            if (prof.devices[0].size() <= 8 && !cfg.csv && !cfg.json)
+              for (std::size_t d = 0; d < n; ++d) {
+                std::printf("#     dev %zu:", d);
+                for (const auto& b : prof.devices[d]) std::printf(" %s %.1f+%.1f |", b.what.c_str(), b.start_us, b.end_us - b.start_us);
+                std::printf("\n");
+              }
+            if (!cfg.profile_out.empty()) {
+              const std::string file = cfg.profile_out + "-" + std::to_string(bytes) + "-" + row.wire + "-" + row.algo + ".csv";
+              if (std::FILE* f = std::fopen(file.c_str(), "w")) {
+                std::fprintf(f, "device,batch,queue,what,start_us,end_us\n");
+                for (std::size_t d = 0; d < n; ++d)
+                  for (std::size_t b = 0; b < prof.devices[d].size(); ++b) {
+                    const auto& t = prof.devices[d][b];
+                    std::fprintf(f, "%zu,%zu,%s,%s,%.3f,%.3f\n", d, b, t.role == tpar::Role::compute ? "compute" : "transfer",
+                                 t.what.c_str(), t.start_us, t.end_us);
+                  }
+                std::fclose(f);
+              }
+            }
           }
         }
       }

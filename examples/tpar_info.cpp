@@ -67,7 +67,8 @@ void print_text(const tpar::DeviceGroup& g) {
   std::printf("  cross-device sync    %s: %s\n", std::string(to_string(gate.choice)).c_str(), gate.reason.c_str());
   std::printf("  staging              %s\n", staging_status(g).c_str());
   const tpar::Options o;
-  std::printf("  algorithm            OneShot up to %zu KiB, ChunkedRing above (TPAR_ALGO)\n", o.oneshot_max_bytes >> 10);
+  std::printf("  algorithm            OneShot while payload x (n-1) <= %zu MiB, ChunkedRing above (TPAR_ALGO)\n",
+              o.oneshot_max_bytes >> 20);
   std::printf("  wire                 f32 below %zu KiB, bf16 from there (TPAR_WIRE)\n", o.bf16_min_bytes >> 10);
 }
 

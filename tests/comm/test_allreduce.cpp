@@ -4,10 +4,13 @@
 // CPU simulation of the same schedule on every device, and within the documented bound.
 #include <doctest/doctest.h>
 #include <tpar/comm/communicator.hpp>
+#include <tpar/sync/native_import.hpp>
 
 #include "support/numerics.hpp"
 #include "support/rig.hpp"
 #include "support/simulate.hpp"
+
+#include <fcntl.h>
 
 #include <set>
 
@@ -16,9 +19,17 @@ using namespace tpar_test;
 
 namespace {
 
+template <class Sync>
 void run_matrix(std::uint32_t n) {
   VkEnv env(n);
   if (!env.ok()) return;
+  if constexpr (Sync::kind == SyncKind::native_import) {
+    const auto gate = env.group().sync_gate();
+    if (n > 1 && !gate.native_possible) {
+      MESSAGE("[skipped] NativeImport needs exportable timeline semaphores: " << gate.reason);
+      return;
+    }
+  }
   const std::set<std::size_t> counts = {0, 1, 7, n - 1, 4096, (std::size_t{1} << 20) + 13, 3 * (std::size_t{1} << 20) + 7};
   for (AlgoChoice algo : {AlgoChoice::oneshot, AlgoChoice::ring}) {
     for (Wire wire : all_wires) {
@@ -27,7 +38,7 @@ void run_matrix(std::uint32_t n) {
       o.wire = wire;
       o.timeout = test_timeout;
       o.piece_bytes = 512 * 1024;  // several pieces per chunk at the larger counts
-      Communicator<ProxyBridge> comm(env.group(), o);
+      Communicator<Sync> comm(env.group(), o);
       for (std::size_t count : counts) {
         CAPTURE(n);
         CAPTURE(to_string(algo));
@@ -60,9 +71,39 @@ void run_matrix(std::uint32_t n) {
 
 }  // namespace
 
-TEST_CASE("allreduce on 1 device") { run_matrix(1); }
-TEST_CASE("allreduce on 2 devices") { run_matrix(2); }
-TEST_CASE("allreduce on 3 devices") { run_matrix(3); }
-TEST_CASE("allreduce on 4 devices") { run_matrix(4); }
-TEST_CASE("allreduce on 5 devices") { run_matrix(5); }
-TEST_CASE("allreduce on 8 devices") { run_matrix(8); }
+TEST_CASE("ProxyBridge on 1 device") { run_matrix<ProxyBridge>(1); }
+TEST_CASE("ProxyBridge on 2 devices") { run_matrix<ProxyBridge>(2); }
+TEST_CASE("ProxyBridge on 3 devices") { run_matrix<ProxyBridge>(3); }
+TEST_CASE("ProxyBridge on 4 devices") { run_matrix<ProxyBridge>(4); }
+TEST_CASE("ProxyBridge on 5 devices") { run_matrix<ProxyBridge>(5); }
+TEST_CASE("ProxyBridge on 8 devices") { run_matrix<ProxyBridge>(8); }
+TEST_CASE("NativeImport on 2 devices") { run_matrix<NativeImport>(2); }
+TEST_CASE("NativeImport on 3 devices") { run_matrix<NativeImport>(3); }
+TEST_CASE("NativeImport on 4 devices") { run_matrix<NativeImport>(4); }
+TEST_CASE("NativeImport on 8 devices") { run_matrix<NativeImport>(8); }
+
+TEST_CASE("NativeImport leaks no file descriptor, built and destroyed many times") {
+  VkEnv env(2);
+  if (!env.ok()) return;
+  const auto gate = env.group().sync_gate();
+  if (!gate.native_possible) {
+    MESSAGE("[skipped] NativeImport needs exportable timeline semaphores: " << gate.reason);
+    return;
+  }
+  auto open_fds = [] {
+    std::size_t k = 0;
+    for (int fd = 0; fd < 4096; ++fd) k += ::fcntl(fd, F_GETFD) != -1;
+    return k;
+  };
+  Rig rig(env.group(), 10000);
+  const auto x = integer_inputs(2, 10000, 3);
+  { Communicator<NativeImport> warm(env.group()); }  // first use may open driver files
+  const std::size_t before = open_fds();
+  for (int i = 0; i < 20; ++i) {
+    Communicator<NativeImport> comm(env.group());
+    rig.write(x);
+    comm.allreduce(rig.spans()).wait();
+    for (const auto& r : rig.read()) REQUIRE(bit_identical(r, integer_sum(x)));
+  }
+  CHECK(open_fds() == before);
+}

@@ -63,6 +63,7 @@ struct TestTimeline {
 
 TEST_CASE("devices that contribute nothing count as zeros and still receive the sum") {
   VkEnv env(4);
+  if (!env.ok()) return;
   for (AlgoChoice algo : {AlgoChoice::oneshot, AlgoChoice::ring})
     for (Wire wire : all_wires) {
       CAPTURE(to_string(algo));
@@ -91,6 +92,7 @@ TEST_CASE("devices that contribute nothing count as zeros and still receive the 
 
 TEST_CASE("1000 calls of varying size, several in flight: every result right, staging grows and shrinks") {
   VkEnv env(3);
+  if (!env.ok()) return;
   Options o = test_opts();
   Communicator<ProxyBridge> comm(env.group(), o);
   constexpr int in_flight = 4;
@@ -130,22 +132,29 @@ TEST_CASE("1000 calls of varying size, several in flight: every result right, st
 
 TEST_CASE("an idle communicator costs no CPU") {
   VkEnv env(4);
+  if (!env.ok()) return;
+  // CPU time of the whole process over one idle second (drivers may keep threads of
+  // their own busy: measured first, with the devices open and no communicator).
+  auto idle_cpu = [] {
+    std::this_thread::sleep_for(200ms);  // let threads settle
+    const double before = process_cpu_seconds();
+    std::this_thread::sleep_for(1s);
+    return process_cpu_seconds() - before;
+  };
+  const double baseline = idle_cpu();
   Communicator<ProxyBridge> comm(env.group(), test_opts());
   Rig rig(env.group(), 100000);
   rig.write(integer_inputs(4, 100000, 1));
   for (int i = 0; i < 5; ++i) comm.allreduce(rig.spans()).wait();
-  std::this_thread::sleep_for(200ms);  // let the bridge threads settle
-  const double before = process_cpu_seconds();
-  const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(1s);
-  const double cpu = process_cpu_seconds() - before;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE("idle for " << wall << " s: " << cpu * 1e3 << " ms of CPU");
-  CHECK(cpu < 0.01 * wall);
+  const double with_comm = idle_cpu();
+  MESSAGE("one idle second: " << baseline * 1e3 << " ms of CPU with the devices open, " << with_comm * 1e3
+                              << " ms with an idle communicator too");
+  CHECK(with_comm - baseline < 0.01);
 }
 
 TEST_CASE("a ready point that never comes: the wait times out within its bound and the communicator is failed") {
   VkEnv env(2);
+  if (!env.ok()) return;
   Options o;
   o.timeout = 300ms;
   TestTimeline never(env.group()[0].handle());
@@ -179,6 +188,7 @@ TEST_CASE("a ready point that never comes: the wait times out within its bound a
 
 TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
   VkEnv env(3);
+  if (!env.ok()) return;
   Communicator<ProxyBridge> comm(env.group(), test_opts());
   const std::size_t count = 1000;
   Rig rig(env.group(), count);
@@ -219,6 +229,7 @@ TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
 
 TEST_CASE("done points order the caller's own GPU work after the sum, with no host wait") {
   VkEnv env(2);
+  if (!env.ok()) return;
   Communicator<ProxyBridge> comm(env.group(), test_opts());
   const std::size_t count = 300000;
   Rig rig(env.group(), count);
@@ -274,15 +285,21 @@ TEST_CASE("done points order the caller's own GPU work after the sum, with no ho
 
 TEST_CASE("the runtime-selected communicator follows TPAR_SYNC, TPAR_ALGO and TPAR_WIRE") {
   VkEnv env(2);
+  if (!env.ok()) return;
   Rig rig(env.group(), 3000);
   rig.write(integer_inputs(2, 3000, 2));
   ::setenv("TPAR_SYNC", "native", 1);
-  try {
-    (void)make_communicator(env.group());
-    FAIL("NativeImport on lavapipe was not refused");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::unsupported);
-    CHECK(std::string(e.what()).find("VK_KHR_external_semaphore_fd") != std::string::npos);
+  if (env.group().sync_gate().native_possible) {
+    auto native = make_communicator(env.group(), test_opts());
+    CHECK(native.sync_kind() == SyncKind::native_import);
+  } else {
+    try {
+      (void)make_communicator(env.group());
+      FAIL("NativeImport where the gate says impossible was not refused");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::unsupported);
+      CHECK(std::string(e.what()).find("VK_KHR_external_semaphore_fd") != std::string::npos);
+    }
   }
   ::setenv("TPAR_SYNC", "proxy", 1);
   ::setenv("TPAR_ALGO", "ring", 1);

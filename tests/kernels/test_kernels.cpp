@@ -17,7 +17,7 @@
 
 VULKAN_HPP_DEFAULT_DISPATCH_LOADER_DYNAMIC_STORAGE
 
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <tpar/detail/spirv/combine.hpp>
@@ -418,10 +418,17 @@ class Gpu {
   std::map<std::pair<Shader, Wire>, vk::Pipeline> pipelines_;
 };
 
-// The device every test uses, made on first use. Null (with the reason) when there is
-// no Vulkan to test on; any other failure to set up throws.
-Gpu* try_gpu(std::string& why_not) {
+// The device every test uses, made on first use and destroyed when the tests end, before
+// static destruction: drivers (NVIDIA's) tear down at exit, and a VkDevice destroyed
+// after that crashes.
+std::unique_ptr<Gpu>& gpu_instance() {
   static std::unique_ptr<Gpu> instance;
+  return instance;
+}
+
+// Null (with the reason) when there is no Vulkan to test on; any other failure to set up throws.
+Gpu* try_gpu(std::string& why_not) {
+  auto& instance = gpu_instance();
   static std::string unavailable;
   if (!instance && unavailable.empty()) {
     try {
@@ -953,3 +960,10 @@ TEST_CASE("harness: device and validation layer") {
 }
 
 }  // namespace
+
+int main(int argc, char** argv) {
+  doctest::Context context(argc, argv);
+  const int result = context.run();
+  gpu_instance().reset();
+  return result;
+}

@@ -138,7 +138,7 @@ class VkEnv {
       return tpar::DeviceGroup::create(test_options(log_, n));
     } catch (const tpar::Error& e) {
       if (use_real_gpus() && e.code() == tpar::ErrorCode::no_match) {
-        MESSAGE("[skipped] " << n << " GPUs are needed: " << e.what());
+        MESSAGE("[skipped] " << n << " GPUs are needed: " << std::string(e.what()));
         return std::nullopt;
       }
       throw;
