@@ -446,7 +446,9 @@ class Communicator {
       const vk::Result r = detail::wait_all(c.device->handle(), sems, values, options_.timeout);
       if (r != vk::Result::eSuccess) {
         const Error e(r == vk::Result::eTimeout ? ErrorCode::timeout : detail::code_for(r),
-                      "device " + std::to_string(d) + " did not finish " + what + " within the timeout (" + vk::to_string(r) + ")", r);
+                      "device " + std::to_string(d) + " did not finish " + what + " within the timeout (" + vk::to_string(r) +
+                          "): " + progress(),
+                      r);
         health_->fail(e);
         sync_->release_waiters();
         throw e;
@@ -522,6 +524,22 @@ class Communicator {
     }
     ++calls_;
     return Ticket(std::move(done), std::move(waits), health_, options_.timeout);
+  }
+
+  // Each device's timelines against what was submitted, and the sync policy's state:
+  // what a person needs to see where a stall is.
+  std::string progress() const {
+    std::string out;
+    for (std::size_t d = 0; d < ctx_.size(); ++d) {
+      const auto& c = ctx_[d];
+      std::uint64_t v[2] = {0, 0};
+      (void)c.device->handle().getSemaphoreCounterValue(c.compute.handle(), &v[0]);
+      (void)c.device->handle().getSemaphoreCounterValue(c.transfer.handle(), &v[1]);
+      out += (d ? "; device " : "device ") + std::to_string(d) + " compute " + std::to_string(v[0]) + "/" +
+             std::to_string(c.submitted[0]) + " uploads " + std::to_string(v[1]) + "/" + std::to_string(c.submitted[1]);
+    }
+    if constexpr (requires(const Sync& s) { s.describe(); }) out += sync_->describe();
+    return out;
   }
 
   std::vector<std::uint64_t> submitted_values() const {

@@ -155,6 +155,8 @@ class NativeImport {
   // until the communicator's bounded waits report it.
   void release_waiters() {}
 
+  std::string describe() const { return {}; }
+
  private:
   std::vector<std::vector<Timeline>> imports_;  // [dst][src]
 };

@@ -80,6 +80,25 @@ class ProxyBridge {
     if (!s.waiting) s.cv.notify_one();
   }
 
+  // Where forwarding stands, for error messages: per source its timeline's value, and
+  // per destination the value forwarded and the next one awaited.
+  std::string describe() const {
+    std::string out;
+    for (const auto& sp : sources_) {
+      const Source& s = *sp;
+      std::lock_guard lock(s.mutex);
+      std::uint64_t now = 0;
+      (void)s.device.getSemaphoreCounterValue(s.timeline, &now);
+      out += "; bridge " + std::to_string(s.index) + " (uploads at " + std::to_string(now) + (s.waiting ? ", waiting" : "") + ")";
+      for (std::size_t d = 0; d < s.awaited.size(); ++d)
+        if (d != s.index)
+          out += " ->" + std::to_string(d) + " forwarded " + std::to_string(s.signaled[d]) +
+                 (s.awaited[d].empty() ? "" : " awaits " + std::to_string(s.awaited[d].front()) + "(+" +
+                                                  std::to_string(s.awaited[d].size() - 1) + ")");
+    }
+    return out;
+  }
+
   // Lets every queue waiting through this bridge go on (their peers' data is then
   // garbage): used when a call failed, so devices drain instead of blocking forever.
   void release_waiters() {
@@ -97,7 +116,7 @@ class ProxyBridge {
     std::vector<Timeline> mirrors;                     // by destination
     std::vector<std::deque<std::uint64_t>> awaited;    // by destination: values its queue waits for
     std::vector<std::uint64_t> signaled;               // by destination: mirror's value
-    std::mutex mutex;
+    mutable std::mutex mutex;
     std::condition_variable cv;
     bool stop = false;
     bool waiting = false;  // in vkWaitSemaphores
