@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Side-by-side tables and a busbw plot from tpar-bench and nccl_allreduce.py logs.
+
+    python3 docs/perf/report.py            # prints the Markdown tables, writes docs/perf/busbw.svg
+
+Reads docs/perf/raw/{nccl,auto,native,proxy}-x{2,4}.txt (the logs the GPU runs wrote);
+needs nothing beyond Python 3.
+"""
+import os
+import re
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RAW = os.path.join(HERE, "raw")
+
+
+def nccl(kind):
+    out = {}
+    for line in open(os.path.join(RAW, f"nccl-{kind}.txt")):
+        m = re.match(r"(\S+) n=(\d+) bytes=\s*(\d+) time_us=\s*([\d.]+) algbw=\s*([\d.]+) busbw=\s*([\d.]+)", line)
+        if m:
+            out[(m.group(1), int(m.group(3)))] = (float(m.group(4)), float(m.group(6)))
+    return out
+
+
+def bench(name):
+    rows = []
+    for line in open(os.path.join(RAW, name)):
+        if line.startswith("#") or not line.strip():
+            continue
+        f = line.split()
+        if len(f) < 12 or not f[0].isdigit():
+            continue
+        rows.append(dict(bytes=int(f[0]), wire=f[2], algo=f[3], sync=f[4], us=float(f[5]), busbw=float(f[7]),
+                         err=float(f[8]), wrong=int(f[9]), cpu=float(f[10]), eff=f[11]))
+    return rows
+
+
+def human(b):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << shift:
+            return f"{b >> shift} {unit}"
+    return f"{b} B"
+
+
+def table(kind):
+    n = {"x2": 2, "x4": 4}[kind]
+    nc = nccl(kind)
+    auto = {r["bytes"]: r for r in bench(f"auto-{kind}.txt")}
+    native = bench(f"native-{kind}.txt")
+    by = lambda wire: {r["bytes"]: r for r in native if r["wire"] == wire}
+    f32, bf16 = by("f32"), by("bf16")
+    proxy = {r["bytes"]: r for r in bench(f"proxy-{kind}.txt") if r["wire"] == "bf16"}
+    lines = [f"| bytes | NCCL P2P off: us / busbw | tpar default: algo, wire, us / busbw (x NCCL) | tpar f32 NativeImport: us / busbw (eff) | tpar bf16 NativeImport: us / busbw (eff) | tpar ProxyBridge: us | NCCL NVLink busbw |",
+             "|---|---|---|---|---|---|---|"]
+    for b in sorted(auto):
+        if ("p2p-off", b) not in nc:
+            continue
+        t, bw = nc[("p2p-off", b)]
+        a = auto[b]
+        ratio = a["busbw"] / bw if bw else 0
+        cell = lambda r: f"{r['us']:.1f} / {r['busbw']:.2f} ({r['eff']})" if r else "-"
+        p = proxy.get(b)
+        lines.append(f"| {human(b)} | {t:.1f} / {bw:.2f} | {a['algo']}, {a['wire']}, {a['us']:.1f} / {a['busbw']:.2f} ({ratio:.2f}x) | "
+                     f"{cell(f32.get(b))} | {cell(bf16.get(b))} | {p['us']:.1f} ({p['algo']}) | {nc.get(('nvlink', b), (0, 0))[1]:.1f} |"
+                     if p else
+                     f"| {human(b)} | {t:.1f} / {bw:.2f} | {a['algo']}, {a['wire']}, {a['us']:.1f} / {a['busbw']:.2f} ({ratio:.2f}x) | "
+                     f"{cell(f32.get(b))} | {cell(bf16.get(b))} | - | {nc.get(('nvlink', b), (0, 0))[1]:.1f} |")
+    return f"n = {n}\n\n" + "\n".join(lines)
+
+
+def svg():
+    W, H, L, R, T, B = 760, 420, 70, 190, 30, 50
+    series = []
+    colors = {"x2": ("#1f77b4", "#aec7e8"), "x4": ("#d62728", "#ff9896")}
+    for kind in ("x2", "x4"):
+        nc = nccl(kind)
+        auto = bench(f"auto-{kind}.txt")
+        series.append((f"tpar default, n={kind[1]}", colors[kind][0], [(r["bytes"], r["busbw"]) for r in auto], False))
+        series.append((f"NCCL P2P off, n={kind[1]}", colors[kind][1],
+                       sorted((b, v[1]) for (k, b), v in nc.items() if k == "p2p-off" and b >= 16384), True))
+    xs = [x for _, _, pts, _ in series for x, _ in pts]
+    ymax = 60.0
+    import math
+    lx0, lx1 = math.log2(min(xs)), math.log2(max(xs))
+    px = lambda x: L + (math.log2(x) - lx0) / (lx1 - lx0) * (W - L - R)
+    py = lambda y: H - B - y / ymax * (H - T - B)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{W}" height="{H}" fill="white"/>',
+           f'<text x="{L}" y="18" font-size="14">AllReduce busbw on NVIDIA H200 through host memory (GB/s)</text>']
+    for y in range(0, int(ymax) + 1, 10):
+        out.append(f'<line x1="{L}" y1="{py(y):.1f}" x2="{W - R}" y2="{py(y):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{L - 8}" y="{py(y) + 4:.1f}" text-anchor="end">{y}</text>')
+    for x in sorted(set(xs)):
+        out.append(f'<text x="{px(x):.1f}" y="{H - B + 18}" text-anchor="middle">{human(x).replace(" ", "")}</text>')
+    out.append(f'<text x="{(L + W - R) / 2}" y="{H - 10}" text-anchor="middle">f32 payload per call</text>')
+    for i, (name, color, pts, dashed) in enumerate(series):
+        d = " ".join(f"{'M' if j == 0 else 'L'}{px(x):.1f},{py(y):.1f}" for j, (x, y) in enumerate(pts))
+        dash = ' stroke-dasharray="6,4"' if dashed else ""
+        out.append(f'<path d="{d}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+        for x, y in pts:
+            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
+        ly = T + 20 + 20 * i
+        out.append(f'<line x1="{W - R + 15}" y1="{ly}" x2="{W - R + 45}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/>')
+        out.append(f'<text x="{W - R + 50}" y="{ly + 4}">{name}</text>')
+    out.append("</svg>")
+    open(os.path.join(HERE, "busbw.svg"), "w").write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    for kind in ("x2", "x4"):
+        print(table(kind))
+        print()
+    svg()
