@@ -3,11 +3,11 @@
 # Idempotent, and quiet when everything is already there.
 #   scripts/setup.sh         build + run: compiler, CMake, Ninja, Vulkan headers/loader and
 #                            lavapipe (the CPU driver, for machines without a GPU)
-#   scripts/setup.sh test    the above plus glslc, SPIR-V tools, doctest and the validation layers
+#   scripts/setup.sh test    the above plus glslc, SPIR-V tools, doctest, the validation layers, pkg-config
 set -euo pipefail
 packages=(g++ cmake ninja-build libvulkan-dev libvulkan1 mesa-vulkan-drivers)
 if [[ "${1:-}" == test ]]; then
-  packages+=(glslc spirv-tools doctest-dev vulkan-validationlayers)
+  packages+=(glslc spirv-tools doctest-dev vulkan-validationlayers pkg-config)
 fi
 missing=()
 for p in "${packages[@]}"; do
