@@ -33,15 +33,6 @@ double process_cpu_seconds() {
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    MESSAGE(std::string(e.what()));
-    return e.code_value();
-  }
-  return ErrorCode{};
-}
 
 // A timeline semaphore the test owns on one device.
 struct TestTimeline {

@@ -3,6 +3,8 @@
 // values (detail::Wide, itself tested against hand-computed values in test_plan.cpp).
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <tpar/plan/split.hpp>
 #include <tpar/plan/split_weights.hpp>
 #include <tpar/detail/wide_arithmetic.hpp>
@@ -16,6 +18,20 @@
 namespace plan_checks {
 
 using tpar::detail::Wide;
+
+// Calls `f` and returns the message of the tpar::Error(invalid_argument) it throws.
+template <typename F>
+std::string invalid_argument_message(F&& f) {
+  try {
+    f();
+  } catch (const tpar::Error& e) {
+    CHECK(e.code_value() == tpar::ErrorCode::invalid_argument);
+    return e.what();
+  }
+  FAIL("no tpar::Error thrown");
+  return {};
+}
+
 
 // |a − b| < limit, on 128-bit values.
 inline bool within(Wide a, Wide b, Wide limit) {

@@ -1,6 +1,8 @@
 // tpar/plan: contiguous layer ranges sized to each device's usable memory.
 #include <doctest/doctest.h>
 
+#include "plan_checks.hpp"
+
 #include <tpar/plan/layer_split.hpp>
 
 #include <algorithm>
@@ -17,17 +19,7 @@ namespace {
 constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
 
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const tpar::Error& e) {
-    CHECK(e.code_value() == tpar::ErrorCode::invalid_argument);
-    return e.what();
-  }
-  FAIL("no tpar::Error thrown");
-  return {};
-}
+using plan_checks::invalid_argument_message;
 
 // Does any contiguous split in device order keep every device within `usable`? Tries
 // every one.

@@ -25,18 +25,7 @@ using tpar::detail::Wide;
 
 namespace {
 
-// Calls `f` and returns the tpar::Error message it throws with invalid_argument.
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const tpar::Error& e) {
-    CHECK(e.code_value() == tpar::ErrorCode::invalid_argument);
-    return e.what();
-  }
-  FAIL("no tpar::Error thrown");
-  return {};
-}
+using plan_checks::invalid_argument_message;
 
 std::vector<std::int64_t> sizes_of(const std::vector<Share>& shares) {
   std::vector<std::int64_t> sizes;

@@ -23,17 +23,7 @@ using tpar::TensorAxis;
 
 namespace {
 
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const tpar::Error& e) {
-    CHECK(e.code_value() == tpar::ErrorCode::invalid_argument);
-    return e.what();
-  }
-  FAIL("no tpar::Error thrown");
-  return {};
-}
+using plan_checks::invalid_argument_message;
 
 // What segments.hpp guarantees: every part instance is tiled by the devices' slices in
 // device order, each slice is that part's split_extent share (so split.hpp's bounds hold

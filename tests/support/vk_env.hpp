@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -53,6 +54,18 @@ struct ValidationLog {
     else errors.push_back(m.id + ": " + m.text);
   }
 };
+
+// Runs f and returns the code of the tpar::Error it throws (printing its message), or a
+// value-initialized code when it throws nothing.
+inline tpar::ErrorCode code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const tpar::Error& e) {
+    MESSAGE(std::string(e.what()));
+    return e.code_value();
+  }
+  return tpar::ErrorCode{};
+}
 
 // Bound for test waits: tpar's own 10 s default plus room for the layer's stall above.
 inline constexpr std::chrono::seconds test_timeout{60};

@@ -30,16 +30,6 @@ struct ScopedEnv {
   }
 };
 
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    MESSAGE("error: " << e.what());
-    return e.code_value();
-  }
-  return ErrorCode{};
-}
-
 }  // namespace
 
 TEST_CASE("virtual groups of 1, 2, 4 and 8 devices open one physical device that many times") {

@@ -71,12 +71,7 @@ struct ChunkedRing {
     const std::uint32_t steps = 2 * (n - 1);
     auto mod = [n](std::int64_t v) { return static_cast<std::uint32_t>(((v % n) + n) % n); };
 
-    Schedule s;
-    s.algorithm = name;
-    s.wire = rq.wire;
-    s.count = rq.count;
-    s.devices.resize(n);
-    s.host_bytes.assign(n, 0);
+    Schedule s = empty_schedule(name, rq);
     s.scratch_bytes.assign(n, 2 * lanes * lane_bytes);
 
     // Pass 1: every device's uploads, in the order its transfer queue runs them, with

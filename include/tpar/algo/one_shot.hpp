@@ -18,12 +18,7 @@ struct OneShot {
     const auto seg_words = static_cast<std::uint32_t>(seg_bytes / 4);
     const std::uint32_t mask = n >= 32 ? rq.contributing : rq.contributing & ((1u << n) - 1u);
 
-    Schedule s;
-    s.algorithm = name;
-    s.wire = rq.wire;
-    s.count = rq.count;
-    s.devices.resize(n);
-    s.host_bytes.assign(n, 0);
+    Schedule s = empty_schedule(name, rq);
     s.scratch_bytes.assign(n, seg_bytes * n);
     for (std::uint32_t d = 0; d < n; ++d) {
       auto& out = s.devices[d].batches;

@@ -30,6 +30,18 @@ struct ScheduleRequest {
   bool contributes(std::uint32_t device) const { return (contributing >> device) & 1u; }
 };
 
+// The empty schedule an algorithm fills: one entry per device, no staging yet.
+inline Schedule empty_schedule(std::string_view algorithm, const ScheduleRequest& rq) {
+  Schedule s;
+  s.algorithm = algorithm;
+  s.wire = rq.wire;
+  s.count = rq.count;
+  s.devices.resize(rq.devices);
+  s.host_bytes.assign(rq.devices, 0);
+  s.scratch_bytes.assign(rq.devices, 0);
+  return s;
+}
+
 // An algorithm turns a request into a schedule (pure: no Vulkan objects).
 template <class A>
 concept Algorithm = requires(const ScheduleRequest& request) {
