@@ -27,3 +27,10 @@
 #include <tpar/comm/communicator.hpp>
 #include <tpar/comm/profile.hpp>
 #include <tpar/comm/ticket.hpp>
+#include <tpar/plan/granularity.hpp>
+#include <tpar/plan/layer_rotation.hpp>
+#include <tpar/plan/layer_split.hpp>
+#include <tpar/plan/segments.hpp>
+#include <tpar/plan/split.hpp>
+#include <tpar/plan/split_plan.hpp>
+#include <tpar/plan/split_weights.hpp>
