@@ -1,0 +1,141 @@
+// The meta backend's pattern, layer after layer: every device runs its subgraph (which
+// writes its partial sum of the layer's output), the hook sums the partials with no host
+// wait, the next subgraph reads the sum. Decode- and prefill-sized tensors on 2 and 3
+// devices, devices that compute nothing, sizes changing from call to call with declined
+// calls between; every layer's sum, as the next subgraph saw it, checked against the host.
+#include "layers.hpp"
+
+using namespace toy;
+
+static_assert(tpar::ggml::BackendTraits<toy::Traits>);
+// The hooks convert to ggml's function pointer types (here: with the toy's handle types).
+static_assert(std::is_convertible_v<decltype(&tpar::ggml::comm_init<Traits>), comm_init_t>);
+static_assert(std::is_convertible_v<decltype(&tpar::ggml::comm_free<Traits>), comm_free_t>);
+static_assert(std::is_convertible_v<decltype(&tpar::ggml::comm_allreduce_tensor<Traits>), comm_allreduce_tensor_t>);
+
+TEST_CASE("decode: 32 layers of graph, AllReduce, graph on 2 and 3 devices, ordered on the GPUs") {
+  for (std::uint32_t n : {2u, 3u}) {
+    CAPTURE(n);
+    Host host(n);
+    if (!host.ok()) continue;
+    Meta<> meta(host);
+    REQUIRE(meta.ctx);
+    Layers model(host, 32, {});
+    run_layers(host, meta, model);
+    const auto& stats = meta.comm().stats();
+    CHECK(stats.reduced == 32);
+    CHECK(stats.declined == 0);
+    CHECK(meta.comm().communicator().last_call().algorithm == "oneshot");
+    CHECK(meta.comm().communicator().last_call().wire == tpar::Wire::f32);
+    for (std::size_t d = 0; d < n; ++d) {
+      CHECK(host[d].handed == 32);
+      CHECK(host[d].queue_locks > 0);  // tpar submitted through the backend's own lock
+    }
+    meta.close();
+    for (std::size_t d = 0; d < n; ++d) {
+      CHECK(host[d].forgets == 1);  // free told every backend to drop tpar's done point
+      CHECK_FALSE(host[d].pending);
+    }
+  }
+}
+
+TEST_CASE("prefill: 512 x 4096 f32 per layer, the wire and algorithm chosen by size") {
+  for (std::uint32_t n : {2u, 3u}) {
+    CAPTURE(n);
+    Host host(n);
+    if (!host.ok()) continue;
+    Meta<> meta(host);
+    REQUIRE(meta.ctx);
+    Plan plan;
+    plan.count = [](std::size_t) { return std::size_t{512 * 4096}; };
+    plan.patterns = 2;
+    Layers model(host, 3, plan);
+    run_layers(host, meta, model);
+    CHECK(meta.comm().stats().reduced == 3);
+    // 8 MiB: bf16 on the wire (these integers stay exact); OneShot while 8 MiB x (n-1) <= 12 MiB.
+    CHECK(meta.comm().communicator().last_call().wire == tpar::Wire::bf16);
+    CHECK(meta.comm().communicator().last_call().algorithm == (n == 2 ? "oneshot" : "ring"));
+  }
+}
+
+TEST_CASE("devices whose tensor lacks the COMPUTE flag count as zeros, whatever their buffer holds") {
+  Host host(3);
+  if (!host.ok()) return;
+  Meta<> meta(host);
+  REQUIRE(meta.ctx);
+  Plan plan;
+  plan.count = [](std::size_t) { return std::size_t{4096 * 3}; };
+  // Layer by layer: one device idle, two idle, none computing, everyone computing.
+  plan.contributes = [](std::size_t layer, std::size_t d) {
+    switch (layer % 4) {
+      case 0: return d != layer % 3;
+      case 1: return d == layer % 3;
+      case 2: return false;
+      default: return true;
+    }
+  };
+  Layers model(host, 8, plan);
+  run_layers(host, meta, model);
+  CHECK(meta.comm().stats().reduced == 8);
+}
+
+TEST_CASE("mixed: sizes change from call to call, declined calls and idle devices in between") {
+  Host host(3);
+  if (!host.ok()) return;
+  Meta<> meta(host);
+  REQUIRE(meta.ctx);
+  Plan plan;
+  const std::size_t sizes[] = {4096, 4096 * 7, 4096 * 256, 4096 * 2, 4096 * 64, 1024 * 3};
+  plan.count = [&](std::size_t layer) { return sizes[layer % 6]; };
+  plan.step = [](std::size_t layer) {
+    return layer % 8 == 3 ? Step::f16 : layer % 8 == 6 ? Step::strided : Step::reduce;
+  };
+  plan.contributes = [](std::size_t layer, std::size_t d) { return layer % 5 != 1 || d != layer % 3; };
+  Layers model(host, 16, plan);
+  run_layers(host, meta, model);
+  const auto& stats = meta.comm().stats();
+  CHECK(stats.reduced == 12);
+  CHECK(stats.declined == 4);
+  for (std::size_t d = 0; d < 3; ++d) CHECK(host[d].handed == 12);
+}
+
+TEST_CASE("the sum waits for each backend's ready point and precedes its next work, even when that work runs off the queue") {
+  // Each device's subgraph runs on another engine (a host thread) and finishes ~20 ms
+  // after the hook was called: only the GPU's wait on the ready point keeps tpar from
+  // reading the partial early, and only the backend's wait on the done point keeps its
+  // next subgraph from reading the sum early.
+  Host host(2);
+  if (!host.ok()) return;
+  Meta<> meta(host);
+  REQUIRE(meta.ctx);
+  const std::size_t n = host.size();
+  for (std::size_t count : {std::size_t{300000}}) {
+    CAPTURE(count);
+    const std::size_t rounds = 4;
+    std::vector<std::unique_ptr<Buffer>> arena;
+    std::vector<Tensor> tensors;
+    for (std::size_t d = 0; d < n; ++d) {
+      arena.push_back(std::make_unique<Buffer>(host[d].device, host[d].physical, 256 + count * 4));
+      arena[d]->write(256, std::vector<float>(count, std::nanf("")));  // stale: never a valid partial
+      tensors.push_back(tensor(arena[d].get(), 256, static_cast<std::int64_t>(count)));
+    }
+    std::vector<Tensor*> ptrs;
+    for (auto& t : tensors) ptrs.push_back(&t);
+    std::vector<std::vector<std::vector<float>>> inputs, seen(n, std::vector<std::vector<float>>(rounds + 1));
+    for (std::size_t r = 0; r <= rounds; ++r) {
+      inputs.push_back(tpar_test::integer_inputs(n, count, 77 + r));
+      for (std::size_t d = 0; d < n; ++d)
+        host[d].compute_later(*arena[d], 256, inputs[r][d], 20ms, [&seen, d, r](std::vector<float> v) { seen[d][r] = std::move(v); });
+      if (r < rounds) CHECK(meta.reduce(ptrs));
+    }
+    host.synchronize();
+    for (std::size_t r = 1; r <= rounds; ++r) {
+      const auto expect = tpar_test::integer_sum(inputs[r - 1]);
+      for (std::size_t d = 0; d < n; ++d) {
+        CAPTURE(r);
+        CAPTURE(d);
+        CHECK(tpar_test::bit_identical(seen[d][r], expect));
+      }
+    }
+  }
+}
