@@ -7,6 +7,7 @@
 #include <tpar/tpar.hpp>
 
 #include "common/cli.hpp"
+#include "common/vk_buffer.hpp"
 
 #include <sys/resource.h>
 #include <time.h>
@@ -60,41 +61,7 @@ void vk_check(vk::Result r, const char* what) {
   if (r != vk::Result::eSuccess) die(std::string(what) + ": " + vk::to_string(r));
 }
 
-// A buffer with its memory, of the kind asked for.
-struct Buffer {
-  vk::Device device;
-  vk::Buffer buffer;
-  vk::DeviceMemory memory;
-  void* mapped = nullptr;
-  std::size_t size = 0;
-
-  Buffer(tpar::Device& dev, std::size_t bytes, bool host_visible) : device(dev.handle()), size(bytes) {
-    vk::BufferCreateInfo info({}, bytes, vk::BufferUsageFlagBits::eStorageBuffer | vk::BufferUsageFlagBits::eTransferSrc |
-                                             vk::BufferUsageFlagBits::eTransferDst);
-    vk_check(device.createBuffer(&info, nullptr, &buffer), "vkCreateBuffer");
-    vk::MemoryRequirements req;
-    device.getBufferMemoryRequirements(buffer, &req);
-    const auto props = dev.physical().getMemoryProperties();
-    const vk::MemoryPropertyFlags want =
-        host_visible ? vk::MemoryPropertyFlagBits::eHostVisible | vk::MemoryPropertyFlagBits::eHostCoherent
-                     : vk::MemoryPropertyFlags(vk::MemoryPropertyFlagBits::eDeviceLocal);
-    std::uint32_t type = ~0u;
-    for (std::uint32_t i = 0; i < props.memoryTypeCount && type == ~0u; ++i)
-      if (((req.memoryTypeBits >> i) & 1u) && (props.memoryTypes[i].propertyFlags & want) == want) type = i;
-    if (type == ~0u) die("no suitable memory type for a " + human_bytes(bytes) + " buffer");
-    vk::MemoryAllocateInfo alloc(req.size, type);
-    vk_check(device.allocateMemory(&alloc, nullptr, &memory), "vkAllocateMemory");
-    vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkBindBufferMemory(device, buffer, memory, 0)), "vkBindBufferMemory");
-    if (host_visible) vk_check(device.mapMemory(memory, 0, VK_WHOLE_SIZE, {}, &mapped), "vkMapMemory");
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (mapped) device.unmapMemory(memory);
-    device.destroyBuffer(buffer);
-    device.freeMemory(memory);
-  }
-};
+using tpar_example::Buffer;
 
 // One device's buffers and a way to run copies on it, outside any timing.
 struct DeviceRig {
@@ -840,6 +807,8 @@ int main(int argc, char** argv) {
     }
     return all_ok ? 0 : 3;
   } catch (const tpar::Error& e) {
+    die(e.what());
+  } catch (const tpar_example::Failure& e) {
     die(e.what());
   }
 }

@@ -5,6 +5,7 @@
 
 #include <tpar/tpar.hpp>
 
+#include "common/vk_buffer.hpp"
 #include "mlp_check.hpp"
 #include "spirv/matmul_skinny.hpp"
 #include "spirv/matmul_tiled.hpp"
@@ -22,14 +23,10 @@
 
 namespace tp_mlp {
 
-// Setup failures of the example's own Vulkan calls; main() reports them like tpar's.
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-inline void vk_check(vk::Result r, const char* what) {
-  if (r != vk::Result::eSuccess) throw Failure(std::string(what) + " failed: " + vk::to_string(r));
-}
+using tpar_example::Buffer;
+using tpar_example::Failure;
+using tpar_example::mib;
+using tpar_example::vk_check;
 
 inline constexpr std::uint32_t skinny_max_tokens = 8;  // matmul_skinny.comp: NMAX
 inline constexpr std::uint32_t skinny_rows = 16;        // matmul_skinny.comp: ROWS (rows per work group)
@@ -40,55 +37,6 @@ struct MatmulArgs {
   std::uint32_t M, N, K, ldc, c_off, act;
 };
 static_assert(sizeof(MatmulArgs) == 24);
-
-inline std::string mib(std::size_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
-  return text;
-}
-
-struct Buffer {
-  vk::Device device;
-  vk::Buffer buffer;
-  vk::DeviceMemory memory;
-  void* mapped = nullptr;
-  std::size_t size = 0;
-
-  Buffer(tpar::Device& dev, std::size_t bytes, bool host_visible) : device(dev.handle()), size(std::max<std::size_t>(bytes, 16)) {
-    vk::BufferCreateInfo info({}, size,
-                              vk::BufferUsageFlagBits::eStorageBuffer | vk::BufferUsageFlagBits::eTransferSrc |
-                                  vk::BufferUsageFlagBits::eTransferDst);
-    vk_check(device.createBuffer(&info, nullptr, &buffer), "vkCreateBuffer");
-    vk::MemoryRequirements req;
-    device.getBufferMemoryRequirements(buffer, &req);
-    const auto props = dev.physical().getMemoryProperties();
-    const vk::MemoryPropertyFlags want = host_visible
-                                             ? vk::MemoryPropertyFlagBits::eHostVisible | vk::MemoryPropertyFlagBits::eHostCoherent
-                                             : vk::MemoryPropertyFlags(vk::MemoryPropertyFlagBits::eDeviceLocal);
-    std::uint32_t type = ~0u;
-    for (std::uint32_t i = 0; i < props.memoryTypeCount && type == ~0u; ++i)
-      if (((req.memoryTypeBits >> i) & 1u) && (props.memoryTypes[i].propertyFlags & want) == want) type = i;
-    if (type == ~0u) {
-      device.destroyBuffer(buffer);
-      throw Failure("no suitable memory type for a " + mib(size) + " buffer");
-    }
-    vk::MemoryAllocateInfo alloc(req.size, type);
-    if (const auto r = device.allocateMemory(&alloc, nullptr, &memory); r != vk::Result::eSuccess) {
-      device.destroyBuffer(buffer);
-      throw Failure("allocating " + mib(size) + (host_visible ? " of host-visible" : " of device") +
-                    " memory failed (" + vk::to_string(r) + "): try smaller --hidden/--intermediate/--tokens");
-    }
-    vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkBindBufferMemory(device, buffer, memory, 0)), "vkBindBufferMemory");
-    if (host_visible) vk_check(device.mapMemory(memory, 0, VK_WHOLE_SIZE, {}, &mapped), "vkMapMemory");
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (mapped) device.unmapMemory(memory);
-    device.destroyBuffer(buffer);
-    device.freeMemory(memory);
-  }
-};
 
 // One device as tp-mlp uses it: the matmul pipelines, a command pool, a timeline its
 // steps signal, and one-off transfers (uploads, read-backs) outside any timing.

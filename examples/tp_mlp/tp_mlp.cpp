@@ -711,7 +711,8 @@ int main(int argc, char** argv) {
   } catch (const tpar::Error& e) {
     std::fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
   } catch (const tp_mlp::Failure& e) {
-    std::fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
+    std::fprintf(stderr, "%s: %s%s\n", program.c_str(), e.what(),
+                 e.out_of_memory() ? ": try smaller --hidden/--intermediate/--tokens" : "");
   }
   return 1;
 }
