@@ -5,6 +5,7 @@
 // communicator; after a failure every call declines without hanging; free waits for the
 // work in flight and releases everything.
 #include "layers.hpp"
+#include "support/scoped_env.hpp"
 
 #include <cstdlib>
 #include <optional>
@@ -12,22 +13,10 @@
 #include <thread>
 
 using namespace toy;
+using tpar_test::ScopedEnv;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) old = v;
-    ::setenv(n, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
 
 // Traits whose device() fails, as a backend that cannot describe its device would.
 struct NoDeviceTraits : Traits {

@@ -6,6 +6,7 @@
 
 #include "support/host_app.hpp"
 #include "support/numerics.hpp"
+#include "support/scoped_env.hpp"
 #include "support/vk_env.hpp"
 
 #include <atomic>
@@ -15,20 +16,6 @@ using namespace tpar;
 using namespace tpar_test;
 
 namespace {
-
-// Sets an environment variable for the life of the object.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) old = v;
-    ::setenv(n, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
 
 }  // namespace
 
