@@ -20,6 +20,7 @@ TEST_CASE("decode: 32 layers of graph, AllReduce, graph on 2 and 3 devices, orde
     if (!host.ok()) continue;
     Meta<> meta(host);
     REQUIRE(meta.ctx);
+    MESSAGE("n=" << n << ": " << tpar::to_string(meta.comm().communicator().sync_kind()));
     Layers model(host, 32, {});
     run_layers(host, meta, model);
     const auto& stats = meta.comm().stats();
@@ -49,6 +50,7 @@ TEST_CASE("prefill: 512 x 4096 f32 per layer, the wire and algorithm chosen by s
     Plan plan;
     plan.count = [](std::size_t) { return std::size_t{512 * 4096}; };
     plan.patterns = 2;
+    MESSAGE("n=" << n << ": " << tpar::to_string(meta.comm().communicator().sync_kind()));
     Layers model(host, 3, plan);
     run_layers(host, meta, model);
     CHECK(meta.comm().stats().reduced == 3);
