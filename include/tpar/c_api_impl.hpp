@@ -299,6 +299,7 @@ tpar_result tpar_group_adopt(const tpar_adopted_device* devices, uint32_t count,
       const tpar_adopted_device& c = devices[i];
       const std::string who = "devices[" + std::to_string(i) + "]";
       require_zero(c.reserved, who.c_str());
+      if (c.reserved32) invalid(who + ".reserved32 must be zero");
       if (!c.instance || !c.physical || !c.device || !c.compute_queue)
         invalid(who + " lacks an instance, physical device, device or compute queue");
       tpar::AdoptedDevice& a = adopted[i];
@@ -316,6 +317,7 @@ tpar_result tpar_group_adopt(const tpar_adopted_device* devices, uint32_t count,
       a.enabled_extensions = strings(c.enabled_extensions, c.enabled_extension_count, (who + ".enabled_extensions").c_str());
       a.shader_float16_enabled = c.shader_float16_enabled != 0;
       a.storage_16bit_enabled = c.storage_16bit_enabled != 0;
+      a.update_after_bind_enabled = c.update_after_bind_enabled != 0;
     }
     prepare_dispatch(devices[0]);
     auto handle = std::make_unique<tpar_group>(tpar_group{tpar::DeviceGroup::adopt(adopted)});

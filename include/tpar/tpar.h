@@ -199,7 +199,11 @@ typedef struct tpar_adopted_device {
    * used when tpar's dispatcher is not initialised yet. NULL: tpar loads the system's
    * loader. Ignored with static dispatch. */
   PFN_vkGetInstanceProcAddr get_instance_proc_addr;
-  uint64_t reserved[4];              /* zero */
+  /* Nonzero if the host enabled descriptorBindingStorageBufferUpdateAfterBind: then a
+   * call costs tpar a descriptor update per device and no command buffer recording. */
+  uint32_t update_after_bind_enabled;
+  uint32_t reserved32;               /* zero */
+  uint64_t reserved[3];              /* zero */
 } tpar_adopted_device;
 
 /* Wraps `count` (1 to 32) devices the host owns, in that order. */

@@ -133,7 +133,7 @@ struct Backend {
   std::mutex queue_mutex;
   std::atomic<int> queue_locks{0};  // how often tpar took the queue through the backend's hook
   std::vector<std::string> extensions;
-  bool f16 = false, storage16 = false;
+  bool f16 = false, storage16 = false, update_after_bind = false;
   std::size_t storage_alignment = 4;
 
   vk::Semaphore timeline;
@@ -396,8 +396,10 @@ class Host {
     f12.timelineSemaphore = VK_TRUE;
     f12.shaderFloat16 = caps.shader_float16;
     f11.storageBuffer16BitAccess = caps.storage_16bit;
+    f12.descriptorBindingStorageBufferUpdateAfterBind = caps.update_after_bind;
     b->f16 = caps.shader_float16;
     b->storage16 = caps.storage_16bit;
+    b->update_after_bind = caps.update_after_bind;
     const float prio = 1.0f;
     vk::DeviceQueueCreateInfo q({}, b->family, 1, &prio);
     vk::DeviceCreateInfo di({}, 1, &q, 0, nullptr, static_cast<std::uint32_t>(exts.size()), exts.data(), nullptr, &f2);
@@ -438,6 +440,7 @@ struct Traits {
     a.enabled_extensions = b->extensions;
     a.shader_float16_enabled = b->f16;
     a.storage_16bit_enabled = b->storage16;
+    a.update_after_bind_enabled = b->update_after_bind;
     return a;
   }
 

@@ -207,13 +207,26 @@ class Communicator {
 
     const ScheduleRequest rq = schedule_request(count, args.wire, mask);
     retire();
-    PlanType& plan = plan_for(rq, spans);
+    PlanType& plan = plan_for(rq);
     const auto parity = static_cast<std::uint32_t>(calls_ % options_.depth);
     wait_for_slot_set(parity);
-    for (std::size_t d = 0; d < n; ++d)
-      if (!plan.submits[d][parity].recorded)
+    for (std::size_t d = 0; d < n; ++d) {
+      // The call's buffer into the parity's set, then (re)record what that needs: the
+      // descriptor update comes first, as without update-after-bind it invalidates the
+      // command buffers that bound the set.
+      const vk::DescriptorBufferInfo user(spans[d].buffer, spans[d].offset, spans[d].bytes());
+      const vk::WriteDescriptorSet write(plan.descriptor_sets[d][parity], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user);
+      group_[d].handle().updateDescriptorSets(1, &write, 0, nullptr);
+      auto& sub = plan.submits[d][parity];
+      if (!sub.recorded) {
         detail::record_device(plan, d, parity, ctx_, options_.profile,
                               [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); });
+      } else if (!group_[d].kernels().update_after_bind()) {
+        const auto& batches = plan.schedule.devices[d].batches;
+        for (std::size_t b = 0; b < batches.size(); ++b)
+          if (detail::binds_caller_buffer(batches[b])) detail::record_batch(plan, d, parity, b, ctx_);
+      }
+    }
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
     last_plan_ = &plan;
     last_parity_ = parity;
@@ -261,7 +274,8 @@ class Communicator {
       c.transfer = Timeline(vkd);
       if (exportable_sources()) c.shared = Timeline(vkd, true);
       c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
-      vk::CommandPoolCreateInfo pool_info({}, c.device->compute_queue().family());
+      // Resettable: without update-after-bind, kernel batches are recorded again per call.
+      vk::CommandPoolCreateInfo pool_info(vk::CommandPoolCreateFlagBits::eResetCommandBuffer, c.device->compute_queue().family());
       detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.compute_pool), "vkCreateCommandPool");
       if (c.device->transfer_queue().family() == c.device->compute_queue().family()) {
         c.transfer_pool = c.compute_pool;
@@ -333,13 +347,11 @@ class Communicator {
     return Ticket(std::move(done), std::move(waits), health_, options_.timeout);
   }
 
-  detail::PlanKey key_for(const ScheduleRequest& rq, std::span<const BufferSpan> spans) const {
+  static detail::PlanKey key_for(const ScheduleRequest& rq) {
     detail::PlanKey key;
     key.count = rq.count;
     key.wire = rq.wire;
     key.contributing = rq.contributing;
-    key.spans.reserve(spans.size());
-    for (const auto& s : spans) key.spans.push_back({static_cast<VkBuffer>(s.buffer), s.offset});
     return key;
   }
 
@@ -349,8 +361,8 @@ class Communicator {
     return m;
   }
 
-  PlanType& plan_for(const ScheduleRequest& rq, std::span<const BufferSpan> spans) {
-    detail::PlanKey key = key_for(rq, spans);
+  PlanType& plan_for(const ScheduleRequest& rq) {
+    detail::PlanKey key = key_for(rq);
     auto it = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p->key == key; });
     std::optional<Schedule> built;
     std::uint64_t host_need, scratch_need;
@@ -381,7 +393,7 @@ class Communicator {
       if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
       return *plans_.front();
     }
-    plans_.push_front(make_plan(std::move(key), std::move(*built), spans));
+    plans_.push_front(make_plan(std::move(key), std::move(*built)));
     if (plans_.size() > max_plans) {
       retire_plan(std::move(plans_.back()));
       plans_.pop_back();
@@ -389,14 +401,14 @@ class Communicator {
     return *plans_.front();
   }
 
-  std::unique_ptr<PlanType> make_plan(detail::PlanKey key, Schedule schedule, std::span<const BufferSpan> spans) {
+  std::unique_ptr<PlanType> make_plan(detail::PlanKey key, Schedule schedule) {
     const std::size_t n = size();
     auto plan = std::make_unique<PlanType>();
     plan->key = std::move(key);
     plan->schedule = std::move(schedule);
     plan->generation = generation_;
     plan->descriptor_pools.assign(n, nullptr);
-    plan->descriptor_sets.assign(n, nullptr);
+    plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(options_.depth));
     plan->submits.resize(n);
     for (auto& s : plan->submits) s.resize(options_.depth);
     plan->last_use[0].assign(n, 0);
@@ -404,18 +416,22 @@ class Communicator {
     try {
       for (std::size_t d = 0; d < n; ++d) {
         const vk::Device vkd = group_[d].handle();
-        vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, 2);
-        vk::DescriptorPoolCreateInfo pool_info({}, 1, 1, &pool_size);
+        // One set per parity: binding 0 (the call's buffer) is written by every call, and
+        // a parity's set is never in use then (its last call finished: wait_for_slot_set).
+        const KernelSet& kernels = group_[d].kernels();
+        const auto depth = static_cast<std::uint32_t>(options_.depth);
+        vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, 2 * depth);
+        vk::DescriptorPoolCreateInfo pool_info({}, depth, 1, &pool_size);
+        if (kernels.update_after_bind()) pool_info.flags = vk::DescriptorPoolCreateFlagBits::eUpdateAfterBind;
         detail::check(vkd.createDescriptorPool(&pool_info, nullptr, &plan->descriptor_pools[d]), "vkCreateDescriptorPool");
-        const vk::DescriptorSetLayout layout = group_[d].kernels().set_layout();
-        vk::DescriptorSetAllocateInfo set_info(plan->descriptor_pools[d], 1, &layout);
-        detail::check(vkd.allocateDescriptorSets(&set_info, &plan->descriptor_sets[d]), "vkAllocateDescriptorSets");
-        const vk::DescriptorBufferInfo user(spans[d].buffer, spans[d].offset, spans[d].bytes());
+        const std::vector<vk::DescriptorSetLayout> layouts(depth, kernels.set_layout());
+        vk::DescriptorSetAllocateInfo set_info(plan->descriptor_pools[d], depth, layouts.data());
+        detail::check(vkd.allocateDescriptorSets(&set_info, plan->descriptor_sets[d].data()), "vkAllocateDescriptorSets");
         const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0, VK_WHOLE_SIZE);
-        const vk::WriteDescriptorSet writes[2] = {
-            vk::WriteDescriptorSet(plan->descriptor_sets[d], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user),
-            vk::WriteDescriptorSet(plan->descriptor_sets[d], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &scratch)};
-        vkd.updateDescriptorSets(2, writes, 0, nullptr);
+        for (const vk::DescriptorSet set : plan->descriptor_sets[d]) {
+          const vk::WriteDescriptorSet write(set, 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &scratch);
+          vkd.updateDescriptorSets(1, &write, 0, nullptr);
+        }
       }
     } catch (...) {
       plan->destroy(ctx_);
@@ -539,6 +555,78 @@ class Communicator {
              std::to_string(c.submitted[0]) + " uploads " + std::to_string(v[1]) + "/" + std::to_string(c.submitted[1]);
     }
     if constexpr (requires(const Sync& s) { s.describe(); }) out += sync_->describe();
+    out += pending_batches();
+    return out;
+  }
+
+  // For each device and queue, the first submitted batch not yet signalled and what it
+  // waits for: each semaphore's value needed against where it stands now.
+  std::string pending_batches() const {
+    const std::size_t n = ctx_.size();
+    std::string out;
+    for (std::size_t d = 0; d < n; ++d) {
+      const auto& c = ctx_[d];
+      const vk::Device vkd = c.device->handle();
+      auto value_of = [&](vk::Semaphore s) {
+        std::uint64_t v = 0;
+        (void)vkd.getSemaphoreCounterValue(s, &v);
+        return v;
+      };
+      auto name_of = [&](vk::Semaphore s) -> std::string {
+        if (s == c.compute.handle()) return "compute";
+        if (s == c.transfer.handle()) return "uploads";
+        for (std::size_t j = 0; j < n; ++j)
+          if (j != d && s == sync_->wait_semaphore(static_cast<std::uint32_t>(d), static_cast<std::uint32_t>(j))) {
+            std::string peer = "device ";
+            peer += std::to_string(j);
+            peer += "'s uploads";
+            return peer;
+          }
+        return "a ready point";
+      };
+      for (int r = 0; r < 2; ++r) {
+        const vk::Semaphore own = r == 0 ? c.compute.handle() : c.transfer.handle();
+        const std::uint64_t now = value_of(own);
+        const vk::SubmitInfo* first = nullptr;
+        const vk::TimelineSemaphoreSubmitInfo* first_ti = nullptr;
+        std::uint64_t first_value = ~std::uint64_t{0};
+        auto scan = [&](const PlanType& plan) {
+          if (d >= plan.submits.size()) return;
+          for (const auto& sub : plan.submits[d])
+            for (const auto& g : sub.groups)
+              for (std::size_t k = 0; k < g.infos.size(); ++k) {
+                const auto& info = g.infos[k];
+                const auto& ti = g.timeline_infos[k];
+                if (!info.signalSemaphoreCount || info.pSignalSemaphores[0] != own) continue;
+                const std::uint64_t v = ti.pSignalSemaphoreValues[0];
+                if (v > now && v <= c.submitted[r] && v < first_value) {
+                  first_value = v;
+                  first = &info;
+                  first_ti = &ti;
+                }
+              }
+        };
+        for (const auto& p : plans_) scan(*p);
+        for (const auto& rt : retiring_)
+          if (rt.plan) scan(*rt.plan);
+        if (!first) continue;
+        out += "; device ";
+        out += std::to_string(d);
+        out += r == 0 ? " compute" : " uploads";
+        out += " batch ";
+        out += std::to_string(first_value);
+        out += " waits:";
+        for (std::uint32_t w = 0; w < first->waitSemaphoreCount; ++w) {
+          out += ' ';
+          out += name_of(first->pWaitSemaphores[w]);
+          out += ' ';
+          out += std::to_string(first_ti->pWaitSemaphoreValues[w]);
+          out += " (at ";
+          out += std::to_string(value_of(first->pWaitSemaphores[w]));
+          out += ')';
+        }
+      }
+    }
     return out;
   }
 

@@ -1,6 +1,10 @@
 // A recorded plan: one schedule's batches as command buffers on every device, per slot
 // set ("parity"), with the submit structures prebuilt so a call only writes timeline
-// values into them: no allocation and no recording on the hot path.
+// values into them: no allocation and no recording on the hot path. A plan is not tied
+// to the caller's buffers: each call writes its buffer into the parity's descriptor set
+// (a destroyed buffer's handle may come back as a new buffer, so no handle can key a
+// plan). Where the device has update-after-bind, that write leaves the recorded command
+// buffers valid; elsewhere the batches that bind the set are recorded again.
 #pragma once
 
 #include <tpar/core/buffer_span.hpp>
@@ -8,24 +12,19 @@
 #include <tpar/sync/schedule.hpp>
 #include <tpar/sync/timeline.hpp>
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <vector>
 
 namespace tpar::inline v0::detail {
 
-struct SpanKey {
-  VkBuffer buffer = VK_NULL_HANDLE;
-  vk::DeviceSize offset = 0;
-  bool operator==(const SpanKey&) const = default;
-};
 
 struct PlanKey {
   std::size_t count = 0;
   Wire wire = Wire::f32;
   std::uint32_t contributing = 0;
   std::string_view algorithm;
-  std::vector<SpanKey> spans;
   bool operator==(const PlanKey&) const = default;
 };
 
@@ -81,7 +80,7 @@ struct Plan {
   Schedule schedule;
   std::shared_ptr<Generation> generation;
   std::vector<vk::DescriptorPool> descriptor_pools;  // by device
-  std::vector<vk::DescriptorSet> descriptor_sets;    // by device
+  std::vector<std::vector<vk::DescriptorSet>> descriptor_sets;  // [device][parity]: binding 0 is the call's buffer
   std::vector<std::vector<DeviceSubmit>> submits;    // [device][parity]
   std::vector<std::uint32_t> final_compute;          // by device: index of its last compute batch (or ~0)
   std::vector<std::uint64_t> last_use[2];            // by role, by device: values after its last call
@@ -107,16 +106,20 @@ struct Plan {
   }
 };
 
-// Records `plan`'s batches of device `d` for `parity` into command buffers and builds
-// their submit structures. `peer_semaphore(src)`: what device d waits on for src's uploads.
-template <class Generation, class PeerSemaphore>
-void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, std::vector<DeviceContext>& ctx,
-                   bool profile, PeerSemaphore&& peer_semaphore) {
+// Does `batch` run kernels, i.e. bind the descriptor set that holds the caller's buffer?
+inline bool binds_caller_buffer(const Batch& batch) {
+  return std::any_of(batch.commands.begin(), batch.commands.end(), [](const Command& c) { return c.type == Command::Type::kernel; });
+}
+
+// Records batch `b` of `plan` for device `d` and `parity` into its command buffer
+// (allocated on first use, reset and recorded again after that).
+template <class Generation>
+void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, std::size_t b, std::vector<DeviceContext>& ctx) {
   DeviceContext& c = ctx[d];
   Device& dev = *c.device;
   const vk::Device vkd = dev.handle();
   const Generation& gen = *plan.generation;
-  const auto& batches = plan.schedule.devices[d].batches;
+  const Batch& batch = plan.schedule.devices[d].batches[b];
   DeviceSubmit& sub = plan.submits[d][parity];
   KernelSet& kernels = dev.kernels();
   const Wire wire = plan.schedule.wire;
@@ -125,19 +128,17 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     if (r.kind == Region::Kind::scratch) return {gen.scratch(d), r.offset};
     return {gen.host_buffer(d, r.host_owner), gen.slot_offset(parity) + r.offset};
   };
-
-  sub.command_buffers.assign(batches.size(), nullptr);
-  if (profile && !batches.empty()) {
-    vk::QueryPoolCreateInfo qi({}, vk::QueryType::eTimestamp, static_cast<std::uint32_t>(2 * batches.size()));
-    check(vkd.createQueryPool(&qi, nullptr, &sub.timestamps), "vkCreateQueryPool");
-  }
   auto has_timestamps = [&](Role r) {
     return dev.capabilities().queue_families[c.queue(r).family()].timestampValidBits > 0;
   };
-  for (std::size_t b = 0; b < batches.size(); ++b) {
-    const Batch& batch = batches[b];
+
+  if (!sub.command_buffers[b]) {
     vk::CommandBufferAllocateInfo ai(c.pool(batch.role), vk::CommandBufferLevel::ePrimary, 1);
     check(vkd.allocateCommandBuffers(&ai, &sub.command_buffers[b]), "vkAllocateCommandBuffers");
+  } else {
+    check(VULKAN_HPP_DEFAULT_DISPATCHER.vkResetCommandBuffer(sub.command_buffers[b], 0), "vkResetCommandBuffer");
+  }
+  {
     vk::CommandBuffer cb = sub.command_buffers[b];
     vk::CommandBufferBeginInfo begin;
     check(cb.begin(&begin), "vkBeginCommandBuffer");
@@ -182,7 +183,7 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
         case Command::Type::kernel: {
           cb.bindPipeline(vk::PipelineBindPoint::eCompute, kernels.pipeline(cmd.kernel, wire));
           if (!bound) {
-            cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, kernels.layout(), 0, 1, &plan.descriptor_sets[d], 0, nullptr);
+            cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, kernels.layout(), 0, 1, &plan.descriptor_sets[d][parity], 0, nullptr);
             bound = true;
           }
           cb.pushConstants(kernels.layout(), vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &cmd.args);
@@ -194,6 +195,24 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     if (stamp) cb.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, sub.timestamps, q + 1);
     check(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb), "vkEndCommandBuffer");
   }
+}
+
+// Records `plan`'s batches of device `d` for `parity` into command buffers and builds
+// their submit structures. `peer_semaphore(src)`: what device d waits on for src's uploads.
+template <class Generation, class PeerSemaphore>
+void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, std::vector<DeviceContext>& ctx,
+                   bool profile, PeerSemaphore&& peer_semaphore) {
+  DeviceContext& c = ctx[d];
+  const vk::Device vkd = c.device->handle();
+  const auto& batches = plan.schedule.devices[d].batches;
+  DeviceSubmit& sub = plan.submits[d][parity];
+
+  sub.command_buffers.assign(batches.size(), nullptr);
+  if (profile && !batches.empty()) {
+    vk::QueryPoolCreateInfo qi({}, vk::QueryType::eTimestamp, static_cast<std::uint32_t>(2 * batches.size()));
+    check(vkd.createQueryPool(&qi, nullptr, &sub.timestamps), "vkCreateQueryPool");
+  }
+  for (std::size_t b = 0; b < batches.size(); ++b) record_batch(plan, d, parity, b, ctx);
 
   // Submit structures: count first, so the vectors never reallocate under the pointers.
   std::size_t waits = 0;

@@ -53,6 +53,7 @@ struct DeviceCapabilities {
   bool timeline_fd_importable = false;
   bool shader_float16 = false;
   bool storage_16bit = false;             // storageBuffer16BitAccess
+  bool update_after_bind = false;         // descriptorBindingStorageBufferUpdateAfterBind
 
   bool calibrated_timestamps = false;     // VK_EXT_calibrated_timestamps
   double timestamp_period_ns = 0;         // nanoseconds per timestamp tick
@@ -141,6 +142,7 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
     caps.timeline_semaphores = f12.timelineSemaphore;
     caps.shader_float16 = f12.shaderFloat16;
     caps.storage_16bit = f11.storageBuffer16BitAccess;
+    caps.update_after_bind = f12.descriptorBindingStorageBufferUpdateAfterBind;
   }
 
   if (caps.external_semaphore_fd && caps.timeline_semaphores) {

@@ -69,6 +69,10 @@ struct EnabledFeatures {
   bool shader_float16 = false;
   bool storage_16bit = false;
   bool calibrated_timestamps = false;
+  // descriptorBindingStorageBufferUpdateAfterBind: a communicator points its recorded
+  // command buffers at each call's buffers by a descriptor update alone (without it, it
+  // re-records the command buffers that use them).
+  bool update_after_bind = false;
 };
 
 class Device {
@@ -144,7 +148,7 @@ class Device {
   const detail::DeviceExtensionFns& extension_fns() const { return fns_; }
 
   KernelSet& kernels() {
-    std::call_once(kernels_once_, [&] { kernels_ = std::make_unique<KernelSet>(device_); });
+    std::call_once(kernels_once_, [&] { kernels_ = std::make_unique<KernelSet>(device_, enabled_.update_after_bind); });
     return *kernels_;
   }
 

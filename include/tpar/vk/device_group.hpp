@@ -75,6 +75,10 @@ struct AdoptedDevice {
   std::vector<std::string> enabled_extensions;
   bool shader_float16_enabled = false;
   bool storage_16bit_enabled = false;
+  // Whether the host enabled descriptorBindingStorageBufferUpdateAfterBind (Vulkan 1.2
+  // descriptor indexing). With it, a call on buffers tpar has not seen costs a descriptor
+  // update; without it, also re-recording that call's kernel command buffers.
+  bool update_after_bind_enabled = false;
 };
 
 namespace detail {
@@ -311,6 +315,8 @@ inline std::unique_ptr<Device> open_device(GroupState& state, vk::PhysicalDevice
   f11.storageBuffer16BitAccess = caps.storage_16bit;
   enabled.shader_float16 = caps.shader_float16;
   enabled.storage_16bit = caps.storage_16bit;
+  f12.descriptorBindingStorageBufferUpdateAfterBind = caps.update_after_bind;
+  enabled.update_after_bind = caps.update_after_bind;
 
   const float priorities[2] = {1.0f, 1.0f};
   std::vector<vk::DeviceQueueCreateInfo> queues{vk::DeviceQueueCreateInfo({}, caps.compute_family, 1, priorities)};
@@ -402,6 +408,7 @@ class DeviceGroup {
       init.enabled.calibrated_timestamps = caps.calibrated_timestamps && listed(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
       init.enabled.shader_float16 = a.shader_float16_enabled;
       init.enabled.storage_16bit = a.storage_16bit_enabled;
+      init.enabled.update_after_bind = caps.update_after_bind && a.update_after_bind_enabled;
       init.compute_queue = a.compute_queue;
       init.compute_family = a.compute_family;
       init.compute_index = a.compute_index;

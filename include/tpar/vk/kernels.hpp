@@ -42,11 +42,19 @@ inline std::uint32_t kernel_groups(std::size_t count, std::uint32_t max_groups_x
 
 class KernelSet {
  public:
-  explicit KernelSet(vk::Device device) : device_(device) {
+  // `update_after_bind`: binding 0 (the caller's buffer) may be rewritten after command
+  // buffers that bind the set were recorded, without invalidating them.
+  KernelSet(vk::Device device, bool update_after_bind) : device_(device), update_after_bind_(update_after_bind) {
     std::array<vk::DescriptorSetLayoutBinding, 2> bindings{
         vk::DescriptorSetLayoutBinding(0, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute),
         vk::DescriptorSetLayoutBinding(1, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute)};
+    const std::array<vk::DescriptorBindingFlags, 2> flags{vk::DescriptorBindingFlagBits::eUpdateAfterBind, {}};
+    vk::DescriptorSetLayoutBindingFlagsCreateInfo flags_info(flags);
     vk::DescriptorSetLayoutCreateInfo dsl_info({}, bindings);
+    if (update_after_bind) {
+      dsl_info.flags = vk::DescriptorSetLayoutCreateFlagBits::eUpdateAfterBindPool;
+      dsl_info.pNext = &flags_info;
+    }
     detail::check(device_.createDescriptorSetLayout(&dsl_info, nullptr, &set_layout_), "vkCreateDescriptorSetLayout");
     vk::PushConstantRange range(vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs));
     vk::PipelineLayoutCreateInfo layout_info({}, 1, &set_layout_, 1, &range);
@@ -68,6 +76,7 @@ class KernelSet {
   }
 
   vk::DescriptorSetLayout set_layout() const { return set_layout_; }
+  bool update_after_bind() const { return update_after_bind_; }
   vk::PipelineLayout layout() const { return layout_; }
 
   // Thread-safe; created on first use.
@@ -97,6 +106,7 @@ class KernelSet {
  private:
   vk::Device device_;
   vk::DescriptorSetLayout set_layout_;
+  bool update_after_bind_ = false;
   vk::PipelineLayout layout_;
   std::mutex mutex_;
   std::array<vk::ShaderModule, 3> modules_{};
