@@ -222,9 +222,7 @@ class Communicator {
         detail::record_device(plan, d, parity, ctx_, options_.profile,
                               [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); });
       } else if (!group_[d].kernels().update_after_bind()) {
-        const auto& batches = plan.schedule.devices[d].batches;
-        for (std::size_t b = 0; b < batches.size(); ++b)
-          if (detail::binds_caller_buffer(batches[b])) detail::record_batch(plan, d, parity, b, ctx_);
+        for (const std::uint32_t b : plan.kernel_batches[d]) detail::record_batch(plan, d, parity, b, ctx_);
       }
     }
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
@@ -438,10 +436,14 @@ class Communicator {
       throw;
     }
     plan->final_compute.assign(n, ~0u);
+    plan->kernel_batches.assign(n, {});
     for (std::size_t d = 0; d < n; ++d) {
+      const auto& batches = plan->schedule.devices[d].batches;
       std::uint32_t k = 0;
-      for (const auto& b : plan->schedule.devices[d].batches)
-        if (b.role == Role::compute) plan->final_compute[d] = k++;
+      for (std::size_t b = 0; b < batches.size(); ++b) {
+        if (batches[b].role == Role::compute) plan->final_compute[d] = k++;
+        if (detail::binds_caller_buffer(batches[b])) plan->kernel_batches[d].push_back(static_cast<std::uint32_t>(b));
+      }
     }
     return plan;
   }

@@ -19,12 +19,10 @@
 
 namespace tpar::inline v0::detail {
 
-
 struct PlanKey {
   std::size_t count = 0;
   Wire wire = Wire::f32;
   std::uint32_t contributing = 0;
-  std::string_view algorithm;
   bool operator==(const PlanKey&) const = default;
 };
 
@@ -83,6 +81,7 @@ struct Plan {
   std::vector<std::vector<vk::DescriptorSet>> descriptor_sets;  // [device][parity]: binding 0 is the call's buffer
   std::vector<std::vector<DeviceSubmit>> submits;    // [device][parity]
   std::vector<std::uint32_t> final_compute;          // by device: index of its last compute batch (or ~0)
+  std::vector<std::vector<std::uint32_t>> kernel_batches;  // by device: the batches that bind the descriptor set
   std::vector<std::uint64_t> last_use[2];            // by role, by device: values after its last call
 
   Plan() = default;
@@ -138,63 +137,61 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
   } else {
     check(VULKAN_HPP_DEFAULT_DISPATCHER.vkResetCommandBuffer(sub.command_buffers[b], 0), "vkResetCommandBuffer");
   }
-  {
-    vk::CommandBuffer cb = sub.command_buffers[b];
-    vk::CommandBufferBeginInfo begin;
-    check(cb.begin(&begin), "vkBeginCommandBuffer");
-    const bool compute = batch.role == Role::compute;
-    const vk::PipelineStageFlags stages =
-        compute ? vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer
-                : vk::PipelineStageFlags(vk::PipelineStageFlagBits::eTransfer);
-    const vk::AccessFlags writes = compute ? vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite
-                                           : vk::AccessFlags(vk::AccessFlagBits::eTransferWrite);
-    const vk::AccessFlags all = writes | (compute ? vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eTransferRead
-                                                  : vk::AccessFlags(vk::AccessFlagBits::eTransferRead));
-    // Whatever ran before on this queue (an earlier batch, an earlier call) is done with
-    // the memory this batch touches.
-    const vk::MemoryBarrier full(writes, all);
-    const bool stamp = sub.timestamps && has_timestamps(batch.role);
-    const auto q = static_cast<std::uint32_t>(2 * b);
-    if (stamp) {
-      cb.resetQueryPool(sub.timestamps, q, 2);
-      cb.writeTimestamp(vk::PipelineStageFlagBits::eTopOfPipe, sub.timestamps, q);
-    }
-    cb.pipelineBarrier(stages, stages, {}, 1, &full, 0, nullptr, 0, nullptr);
-    bool bound = false;
-    for (const Command& cmd : batch.commands) {
-      switch (cmd.type) {
-        case Command::Type::copy: {
-          if (!cmd.bytes) break;
-          const auto [src, src_off] = buffer_of(cmd.src);
-          const auto [dst, dst_off] = buffer_of(cmd.dst);
-          const vk::BufferCopy region(src_off, dst_off, cmd.bytes);
-          cb.copyBuffer(src, dst, 1, &region);
-          break;
+  vk::CommandBuffer cb = sub.command_buffers[b];
+  vk::CommandBufferBeginInfo begin;
+  check(cb.begin(&begin), "vkBeginCommandBuffer");
+  const bool compute = batch.role == Role::compute;
+  const vk::PipelineStageFlags stages =
+      compute ? vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer
+              : vk::PipelineStageFlags(vk::PipelineStageFlagBits::eTransfer);
+  const vk::AccessFlags writes = compute ? vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite
+                                         : vk::AccessFlags(vk::AccessFlagBits::eTransferWrite);
+  const vk::AccessFlags all = writes | (compute ? vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eTransferRead
+                                                : vk::AccessFlags(vk::AccessFlagBits::eTransferRead));
+  // Whatever ran before on this queue (an earlier batch, an earlier call) is done with
+  // the memory this batch touches.
+  const vk::MemoryBarrier full(writes, all);
+  const bool stamp = sub.timestamps && has_timestamps(batch.role);
+  const auto q = static_cast<std::uint32_t>(2 * b);
+  if (stamp) {
+    cb.resetQueryPool(sub.timestamps, q, 2);
+    cb.writeTimestamp(vk::PipelineStageFlagBits::eTopOfPipe, sub.timestamps, q);
+  }
+  cb.pipelineBarrier(stages, stages, {}, 1, &full, 0, nullptr, 0, nullptr);
+  bool bound = false;
+  for (const Command& cmd : batch.commands) {
+    switch (cmd.type) {
+      case Command::Type::copy: {
+        if (!cmd.bytes) break;
+        const auto [src, src_off] = buffer_of(cmd.src);
+        const auto [dst, dst_off] = buffer_of(cmd.dst);
+        const vk::BufferCopy region(src_off, dst_off, cmd.bytes);
+        cb.copyBuffer(src, dst, 1, &region);
+        break;
+      }
+      case Command::Type::barrier:
+        cb.pipelineBarrier(stages, stages, {}, 1, &full, 0, nullptr, 0, nullptr);
+        break;
+      case Command::Type::host_barrier: {
+        const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
+        cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0,
+                           nullptr, 0, nullptr);
+        break;
+      }
+      case Command::Type::kernel: {
+        cb.bindPipeline(vk::PipelineBindPoint::eCompute, kernels.pipeline(cmd.kernel, wire));
+        if (!bound) {
+          cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, kernels.layout(), 0, 1, &plan.descriptor_sets[d][parity], 0, nullptr);
+          bound = true;
         }
-        case Command::Type::barrier:
-          cb.pipelineBarrier(stages, stages, {}, 1, &full, 0, nullptr, 0, nullptr);
-          break;
-        case Command::Type::host_barrier: {
-          const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
-          cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0,
-                             nullptr, 0, nullptr);
-          break;
-        }
-        case Command::Type::kernel: {
-          cb.bindPipeline(vk::PipelineBindPoint::eCompute, kernels.pipeline(cmd.kernel, wire));
-          if (!bound) {
-            cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, kernels.layout(), 0, 1, &plan.descriptor_sets[d][parity], 0, nullptr);
-            bound = true;
-          }
-          cb.pushConstants(kernels.layout(), vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &cmd.args);
-          cb.dispatch(kernel_groups(cmd.args.count, dev.capabilities().max_workgroups_x), 1, 1);
-          break;
-        }
+        cb.pushConstants(kernels.layout(), vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &cmd.args);
+        cb.dispatch(kernel_groups(cmd.args.count, dev.capabilities().max_workgroups_x), 1, 1);
+        break;
       }
     }
-    if (stamp) cb.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, sub.timestamps, q + 1);
-    check(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb), "vkEndCommandBuffer");
   }
+  if (stamp) cb.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, sub.timestamps, q + 1);
+  check(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb), "vkEndCommandBuffer");
 }
 
 // Records `plan`'s batches of device `d` for `parity` into command buffers and builds
