@@ -377,12 +377,7 @@ Config parse(int argc, char** argv) {
       c.factor = tpar_cli::parse_number<std::size_t>(program, a, value());
       if (c.factor < 2) tpar_cli::usage_error(program, "--factor must be at least 2");
     } else if (a == "--sizes") {
-      std::string_view list = value();
-      while (!list.empty()) {
-        const auto comma = list.find(',');
-        c.sizes.push_back(tpar_cli::parse_size(program, a, list.substr(0, comma)));
-        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-      }
+      c.sizes = tpar_cli::parse_list(program, a, value(), [&](std::string_view t) { return tpar_cli::parse_size(program, a, t); });
     } else if (a == "-n" || a == "--iters") {
       c.iters = tpar_cli::parse_number<int>(program, a, value());
       if (c.iters < 1) tpar_cli::usage_error(program, "--iters must be at least 1");

@@ -42,6 +42,20 @@ inline std::size_t parse_size(const std::string& program, std::string_view flag,
   return parse_number<std::size_t>(program, flag, text) * mult;
 }
 
+// A comma-separated value of `flag`, each item read by `parse_item(text)`; an empty list
+// is a usage error.
+template <class Parse>
+auto parse_list(const std::string& program, std::string_view flag, std::string_view list, Parse&& parse_item) {
+  std::vector<decltype(parse_item(list))> out;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    out.push_back(parse_item(list.substr(0, comma)));
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+  }
+  if (out.empty()) usage_error(program, std::string(flag) + " needs a comma-separated list");
+  return out;
+}
+
 inline const char* device_flags_help() {
   return "Devices (default: every GPU; lavapipe when there is none):\n"
          "  -g, --gpus N          the first N matching devices\n"
@@ -61,14 +75,8 @@ inline bool parse_device_flag(const std::string& program, int argc, char** argv,
   if (a == "-g" || a == "--gpus") {
     o.select.first(parse_number<std::uint32_t>(program, a, value()));
   } else if (a == "--devices") {
-    std::vector<std::uint32_t> indices;
-    std::string_view list = value();
-    while (!list.empty()) {
-      const auto comma = list.find(',');
-      indices.push_back(parse_number<std::uint32_t>(program, a, list.substr(0, comma)));
-      list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-    }
-    o.select.with_indices(std::move(indices));
+    o.select.with_indices(
+        parse_list(program, a, value(), [&](std::string_view t) { return parse_number<std::uint32_t>(program, a, t); }));
   } else if (a == "--name") {
     o.select.with_name(std::string(value()));
   } else if (a == "--virtual") {

@@ -107,14 +107,7 @@ void print_help() {
 
 template <class T>
 std::vector<T> parse_list(std::string_view flag, std::string_view list) {
-  std::vector<T> out;
-  while (!list.empty()) {
-    const auto comma = list.find(',');
-    out.push_back(tpar_cli::parse_number<T>(program, flag, list.substr(0, comma)));
-    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-  }
-  if (out.empty()) tpar_cli::usage_error(program, std::string(flag) + " needs a list of numbers");
-  return out;
+  return tpar_cli::parse_list(program, flag, list, [&](std::string_view t) { return tpar_cli::parse_number<T>(program, flag, t); });
 }
 
 Config parse(int argc, char** argv) {
