@@ -176,8 +176,9 @@ LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet
     cp.queueFamilyIndex = dev.transfer_queue().family();
     vk_check(vkd.createCommandPool(&cp, nullptr, &x.transfer_pool), "vkCreateCommandPool");
     for (int q = 0; q < 3; ++q) x.timelines.emplace_back(vkd);
-    vk::DescriptorPoolSize size(vk::DescriptorType::eStorageBuffer, 4);
+    vk::DescriptorPoolSize size(vk::DescriptorType::eStorageBuffer, 6);
     vk::DescriptorPoolCreateInfo dp({}, 2, 1, &size);
+    if (dev.kernels().update_after_bind()) dp.flags = vk::DescriptorPoolCreateFlagBits::eUpdateAfterBind;
     vk_check(vkd.createDescriptorPool(&dp, nullptr, &x.descriptors), "vkCreateDescriptorPool");
     const vk::DescriptorSetLayout layouts[2] = {dev.kernels().set_layout(), dev.kernels().set_layout()};
     vk::DescriptorSet sets[2];
@@ -187,12 +188,15 @@ LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet
     x.from_host = sets[1];
     const vk::DescriptorBufferInfo scratch(staging.scratch(d), 0, bytes), second(x.second->buffer, 0, bytes),
         host_out(staging.host_buffer(d, d), 0, bytes), host_in(staging.host_buffer(d, d), bytes, bytes);
-    const vk::WriteDescriptorSet w[4] = {
+    // Binding 2 (a kernel's own host staging) is not used here, but must hold a buffer.
+    const vk::WriteDescriptorSet w[6] = {
         vk::WriteDescriptorSet(x.to_host, 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &scratch),
         vk::WriteDescriptorSet(x.to_host, 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host_out),
+        vk::WriteDescriptorSet(x.to_host, 2, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host_out),
         vk::WriteDescriptorSet(x.from_host, 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &second),
-        vk::WriteDescriptorSet(x.from_host, 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host_in)};
-    vkd.updateDescriptorSets(4, w, 0, nullptr);
+        vk::WriteDescriptorSet(x.from_host, 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host_in),
+        vk::WriteDescriptorSet(x.from_host, 2, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host_in)};
+    vkd.updateDescriptorSets(6, w, 0, nullptr);
   }
   const int reps = 4;
   // Submits one path on one device; returns the (queue slot, command buffer) to free.

@@ -28,6 +28,12 @@ layout(set = 0, binding = 1, std430) buffer Scratch {
   uint w[];
 } scratch;
 
+// The device's own host staging for the call (what peers read): pack writes its output
+// here too when pc.host_out_off is not NO_HOST_OUT.
+layout(set = 0, binding = 2, std430) buffer Host {
+  uint w[];
+} host;
+
 layout(push_constant, std430) uniform PC {
   uint count;      // values in this piece
   uint user_off;   // value offset into user.v
@@ -37,7 +43,11 @@ layout(push_constant, std430) uniform PC {
   uint nseg;       // oneshot: number of segments
   uint seg_words;  // oneshot: words between consecutive segments
   uint mask;       // oneshot: bit j set = segment j contributes
+  uint host_out_off;  // pack: word offset into host.w for a second copy of the output, or NO_HOST_OUT
+  uint self;          // oneshot DIRECT: this device's segment index
 } pc;
+
+const uint NO_HOST_OUT = 0xFFFFFFFFu;
 
 const uint GROUP_SIZE = 256u;
 
@@ -76,18 +86,22 @@ uvec2 load_raw(uint off, uint n, uint b, uint t) {
   return uvec2(word, WIRE == WIRE_F16 ? scratch.w[off + dw + b] : 0u);
 }
 
-void store_raw(uint off, uint n, uint b, uint t, uvec2 r) {
-  if (WIRE == WIRE_F32) {
-    const uvec2 e = pair_elems(b, t);
-    if (e.x < n) scratch.w[off + e.x] = r.x;
-    if (e.y < n) scratch.w[off + e.y] = r.y;
-    return;
+// store_raw writes scratch.w, store_raw_host host.w; the same layout.
+#define TPAR_DEFINE_STORE_RAW(NAME, BUF)                              \
+  void NAME(uint off, uint n, uint b, uint t, uvec2 r) {              \
+    if (WIRE == WIRE_F32) {                                           \
+      const uvec2 e = pair_elems(b, t);                               \
+      if (e.x < n) BUF.w[off + e.x] = r.x;                            \
+      if (e.y < n) BUF.w[off + e.y] = r.y;                            \
+      return;                                                         \
+    }                                                                 \
+    const uint dw = piece_data_words(n);                              \
+    const uint i = b * GROUP_SIZE + t;                                \
+    if (i < dw) BUF.w[off + i] = r.x;                                 \
+    if (WIRE == WIRE_F16 && t == 0u) BUF.w[off + dw + b] = r.y;       \
   }
-  const uint dw = piece_data_words(n);
-  const uint i = b * GROUP_SIZE + t;
-  if (i < dw) scratch.w[off + i] = r.x;
-  if (WIRE == WIRE_F16 && t == 0u) scratch.w[off + dw + b] = r.y;
-}
+TPAR_DEFINE_STORE_RAW(store_raw, scratch)
+TPAR_DEFINE_STORE_RAW(store_raw_host, host)
 
 vec2 decode_raw(uvec2 r) {
   if (WIRE == WIRE_F32) return uintBitsToFloat(r);

@@ -5,6 +5,9 @@
 #include <tpar/algo/chunked_ring.hpp>
 #include <tpar/algo/one_shot.hpp>
 
+#include <algorithm>
+#include <bit>
+
 #include "support/numerics.hpp"
 #include "support/simulate.hpp"
 
@@ -63,7 +66,7 @@ void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_
 }  // namespace
 
 TEST_CASE("OneShot: exact, identical and bounded for every size, wire and contribution pattern") {
-  for (std::uint32_t n : {1u, 2u, 3u, 4u, 5u, 8u})
+  for (std::uint32_t n : {1u, 2u, 3u, 4u, 5u, 8u, 9u})
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{n - 1 ? n - 1 : 1}, std::size_t{513},
                               std::size_t{4096}, std::size_t{12345}})
       for (Wire w : all_wires) {
@@ -72,6 +75,44 @@ TEST_CASE("OneShot: exact, identical and bounded for every size, wire and contri
         if (n > 1) check_algorithm<OneShot>(n, count, w, all & ~2u, 0, 0);
         check_algorithm<OneShot>(n, count, w, 0, 0, 0);
       }
+}
+
+TEST_CASE("OneShot: one compute-queue submission per device, its kernel publishing to host staging") {
+  // The latency path: a device's whole call is [publish, sum] on its compute queue, the
+  // publish writing host staging from the pack kernel (no copy engine, no queue hop).
+  for (std::uint32_t n : {2u, 4u, 8u, 9u})
+    for (std::uint32_t contributing : {(1u << n) - 1, ((1u << n) - 1) & ~2u}) {
+      ScheduleRequest rq;
+      rq.devices = n;
+      rq.count = 1000;
+      rq.contributing = contributing;
+      const Schedule s = OneShot::build(rq);
+      for (std::uint32_t d = 0; d < n; ++d) {
+        CAPTURE(n);
+        CAPTURE(d);
+        const auto& bs = s.devices[d].batches;
+        const bool mine = rq.contributes(d);
+        REQUIRE(bs.size() == (mine ? 2u : 1u));
+        for (const auto& b : bs) CHECK(queue_of(b) == Role::compute);
+        CHECK(s.devices[d].count(Role::transfer) == (mine ? 1u : 0u));
+        if (!mine) continue;
+        const Batch& publish = bs[0];
+        CHECK(publish.role == Role::transfer);
+        REQUIRE(publish.commands.size() == 2);
+        CHECK(publish.commands[0].kernel == Kernel::pack);
+        CHECK(publish.commands[0].args.host_out_off == 0);
+        CHECK(publish.commands[1].type == Command::Type::host_barrier);
+        CHECK(s.host_bytes[d] >= wire_words(rq.wire, rq.count) * 4);
+        // Up to max_direct_peers devices the sum reads the peers in place: no copies.
+        const Batch& sum = bs.back();
+        const auto copies = std::count_if(sum.commands.begin(), sum.commands.end(),
+                                          [](const Command& c) { return c.type == Command::Type::copy; });
+        const auto peers = std::popcount(contributing & ~(1u << d));
+        CHECK(copies == (n <= max_direct_peers ? 0 : peers));
+        CHECK(sum.commands.back().args.mode ==
+              static_cast<std::uint32_t>(n <= max_direct_peers ? OneShotMode::direct : OneShotMode::scratch));
+      }
+    }
 }
 
 TEST_CASE("ChunkedRing: exact, identical and bounded for every size, wire, piece size and lane count") {

@@ -90,7 +90,7 @@ std::span<const std::uint32_t> shader_code(Shader s) {
   return {};
 }
 
-// The push-constant block every shader declares (std430, 32 bytes).
+// The push-constant block every shader declares (std430, 36 bytes).
 struct Push {
   std::uint32_t count = 0;
   std::uint32_t user_off = 0;
@@ -100,8 +100,15 @@ struct Push {
   std::uint32_t nseg = 0;
   std::uint32_t seg_words = 0;
   std::uint32_t mask = 0;
+  std::uint32_t host_out_off = ~0u;  // pack: second copy of the output into host.w; ~0: none
+  std::uint32_t self = 0;            // oneshot DIRECT: this device's segment
 };
-static_assert(sizeof(Push) == 32);
+static_assert(sizeof(Push) == 40);  // tpar::KernelArgs
+
+// oneshot DIRECT reads peer[j] (binding 3, 8 entries): here window j of the host buffer,
+// so every peer's segment lives in its own place.
+constexpr std::uint32_t direct_peers = 8;
+constexpr std::size_t peer_window_words = std::size_t{1} << 18;
 
 constexpr std::size_t user_capacity = std::size_t{1} << 19;     // floats
 constexpr std::size_t scratch_capacity = std::size_t{1} << 21;  // words
@@ -150,7 +157,7 @@ class Gpu {
       device_.destroyDescriptorPool(descriptor_pool_);
       device_.destroyPipelineLayout(pipeline_layout_);
       device_.destroyDescriptorSetLayout(set_layout_);
-      for (HostBuffer* b : {&user_, &scratch_}) {
+      for (HostBuffer* b : {&user_, &scratch_, &host_}) {
         if (b->words) device_.unmapMemory(b->memory);
         device_.destroyBuffer(b->buffer);
         device_.freeMemory(b->memory);
@@ -166,6 +173,7 @@ class Gpu {
   const std::string& device_name() const { return device_name_; }
   std::uint32_t* user() { return user_.words; }
   std::uint32_t* scratch() { return scratch_.words; }
+  std::uint32_t* host() { return host_.words; }
 
   // Records and runs one dispatch, waiting for it; host writes to the buffers before the
   // call are seen by the shader and its writes are visible to the host after it.
@@ -340,29 +348,42 @@ class Gpu {
   void create_resources() {
     user_ = make_buffer(user_capacity);
     scratch_ = make_buffer(scratch_capacity);
+    host_ = make_buffer(scratch_capacity);
 
-    const std::array<vk::DescriptorSetLayoutBinding, 2> bindings{
+    const std::array<vk::DescriptorSetLayoutBinding, 4> bindings{
         vk::DescriptorSetLayoutBinding(0, vk::DescriptorType::eStorageBuffer, 1,
                                        vk::ShaderStageFlagBits::eCompute),
         vk::DescriptorSetLayoutBinding(1, vk::DescriptorType::eStorageBuffer, 1,
+                                       vk::ShaderStageFlagBits::eCompute),
+        vk::DescriptorSetLayoutBinding(2, vk::DescriptorType::eStorageBuffer, 1,
+                                       vk::ShaderStageFlagBits::eCompute),
+        vk::DescriptorSetLayoutBinding(3, vk::DescriptorType::eStorageBuffer, direct_peers,
                                        vk::ShaderStageFlagBits::eCompute)};
     set_layout_ =
         device_.createDescriptorSetLayout(vk::DescriptorSetLayoutCreateInfo({}, bindings));
     const vk::PushConstantRange range(vk::ShaderStageFlagBits::eCompute, 0, sizeof(Push));
     pipeline_layout_ =
         device_.createPipelineLayout(vk::PipelineLayoutCreateInfo({}, set_layout_, range));
-    const vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, 2);
+    const vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, 3 + direct_peers);
     descriptor_pool_ = device_.createDescriptorPool(vk::DescriptorPoolCreateInfo({}, 1, pool_size));
     descriptor_set_ =
         device_.allocateDescriptorSets(vk::DescriptorSetAllocateInfo(descriptor_pool_, set_layout_))
             .front();
     const vk::DescriptorBufferInfo user_info(user_.buffer, 0, VK_WHOLE_SIZE);
     const vk::DescriptorBufferInfo scratch_info(scratch_.buffer, 0, VK_WHOLE_SIZE);
-    const std::array<vk::WriteDescriptorSet, 2> writes{
+    const vk::DescriptorBufferInfo host_info(host_.buffer, 0, VK_WHOLE_SIZE);
+    std::array<vk::DescriptorBufferInfo, direct_peers> peer_info;
+    for (std::uint32_t j = 0; j < direct_peers; ++j)
+      peer_info[j] = vk::DescriptorBufferInfo(host_.buffer, j * peer_window_words * 4, peer_window_words * 4);
+    const std::array<vk::WriteDescriptorSet, 4> writes{
         vk::WriteDescriptorSet(descriptor_set_, 0, 0, vk::DescriptorType::eStorageBuffer, {},
                                user_info),
         vk::WriteDescriptorSet(descriptor_set_, 1, 0, vk::DescriptorType::eStorageBuffer, {},
-                               scratch_info)};
+                               scratch_info),
+        vk::WriteDescriptorSet(descriptor_set_, 2, 0, vk::DescriptorType::eStorageBuffer, {},
+                               host_info),
+        vk::WriteDescriptorSet(descriptor_set_, 3, 0, vk::DescriptorType::eStorageBuffer, {},
+                               peer_info)};
     device_.updateDescriptorSets(writes, {});
 
     command_pool_ = device_.createCommandPool(
@@ -407,6 +428,7 @@ class Gpu {
   vk::Queue queue_;
   HostBuffer user_;
   HostBuffer scratch_;
+  HostBuffer host_;  // binding 2: stands in for host staging (pack's second output)
   vk::DescriptorSetLayout set_layout_;
   vk::PipelineLayout pipeline_layout_;
   vk::DescriptorPool descriptor_pool_;
@@ -620,6 +642,7 @@ struct Layout {
 struct Buffers {
   std::vector<std::uint32_t> user;     // user.v bits, [0, user.size())
   std::vector<std::uint32_t> scratch;  // scratch.w, [0, scratch.size())
+  std::vector<std::uint32_t> host;     // host.w, [0, host.size())
 };
 
 constexpr std::size_t guard_words = 67;  // sentinels checked past the last used word
@@ -628,9 +651,11 @@ Buffers sentinel_buffers(std::size_t user_words, std::size_t scratch_words, Rng&
   Buffers b;
   b.user.resize(user_words + guard_words);
   b.scratch.resize(scratch_words + guard_words);
+  b.host.resize(scratch_words + guard_words);
   // Distinct, recognisable junk (NaN patterns among it).
   for (auto& w : b.user) w = 0x7FA00000u ^ (rng.u32() & 0x801FFFFFu);
   for (auto& w : b.scratch) w = 0xDEAD0000u ^ (rng.u32() & 0x0000FFFFu);
+  for (auto& w : b.host) w = 0xB0570000u ^ (rng.u32() & 0x0000FFFFu);
   return b;
 }
 
@@ -663,13 +688,17 @@ void run_case(Shader shader, Wire wire, const Push& push, std::uint32_t groups,
   Gpu& g = gpu();
   REQUIRE(initial.user.size() <= user_capacity);
   REQUIRE(initial.scratch.size() <= scratch_capacity);
+  REQUIRE(initial.host.size() <= scratch_capacity);
   std::memcpy(g.user(), initial.user.data(), initial.user.size() * 4);
   std::memcpy(g.scratch(), initial.scratch.data(), initial.scratch.size() * 4);
+  std::memcpy(g.host(), initial.host.data(), initial.host.size() * 4);
   g.dispatch(shader, wire, push, groups);
   const std::string user_diff = compare_words("user", g.user(), expected.user);
   const std::string scratch_diff = compare_words("scratch", g.scratch(), expected.scratch);
+  const std::string host_diff = compare_words("host", g.host(), expected.host);
   CHECK_MESSAGE(user_diff.empty(), user_diff);
   CHECK_MESSAGE(scratch_diff.empty(), scratch_diff);
+  CHECK_MESSAGE(host_diff.empty(), host_diff);
 }
 
 std::string describe(Shader s, Wire w, const Push& p, std::uint32_t groups) {
@@ -679,6 +708,7 @@ std::string describe(Shader s, Wire w, const Push& p, std::uint32_t groups) {
     << " in_off=" << p.in_off << " out_off=" << p.out_off;
   if (s == Shader::oneshot)
     o << " nseg=" << p.nseg << " seg_words=" << p.seg_words << " mask=" << hex(p.mask);
+  if (p.host_out_off != ~0u) o << " host_out_off=" << p.host_out_off;
   return o.str();
 }
 
@@ -724,29 +754,29 @@ void pack_cases(std::uint32_t mode) {
         p.in_off = l.in_off;
         p.out_off = l.out_off;
         p.mode = mode;
+        // Variants 1 and 2 also publish the piece to host.w (OneShot's direct write), at
+        // the start and at an odd offset; variant 0 must leave host.w alone.
+        if (variant >= 2) p.host_out_off = variant == 2 ? 0u : 17u;
         INFO(describe(Shader::pack, wire, p, groups));
         const std::vector<float> x = make_values(n, rng, true);
-        Buffers init = sentinel_buffers(l.user_off + n, l.out_off + ww, rng);
+        Buffers init = sentinel_buffers(l.user_off + n, std::max<std::size_t>(l.out_off, 17) + ww, rng);
         std::memcpy(init.user.data() + l.user_off, x.data(), n * 4);
         Buffers want = init;
-        if (mode == 0) {
-          const auto words = encode(wire, x);
-          std::copy(words.begin(), words.end(), want.scratch.begin() + l.out_off);
-        } else {
-          std::fill_n(want.scratch.begin() + l.out_off, ww, 0u);
-        }
+        const std::vector<std::uint32_t> words = mode == 0 ? encode(wire, x) : std::vector<std::uint32_t>(ww, 0u);
+        std::copy(words.begin(), words.end(), want.scratch.begin() + l.out_off);
+        if (p.host_out_off != ~0u) std::copy(words.begin(), words.end(), want.host.begin() + p.host_out_off);
         run_case(Shader::pack, wire, p, groups, init, want);
       }
     }
 }
 
-TEST_CASE("pack: mode 0 encodes user values into a wire piece") {
+TEST_CASE("pack: mode 0 encodes user values into a wire piece (and publishes it to host.w when asked)") {
   REQUIRE_GPU_OR_SKIP();
   pack_cases(0);
   check_validation_clean();
 }
 
-TEST_CASE("pack: mode 1 writes an all-zero wire piece") {
+TEST_CASE("pack: mode 1 writes an all-zero wire piece (and publishes it to host.w when asked)") {
   REQUIRE_GPU_OR_SKIP();
   pack_cases(1);
   check_validation_clean();
@@ -885,7 +915,8 @@ void oneshot_cases(const MaskCase& mc) {
         p.user_off = l.user_off;
         p.in_off = l.in_off;
         p.out_off = 0x0FFFFFFFu;  // unused
-        p.mode = 0x12345u;        // unused
+        p.mode = 0;               // SCRATCH
+        p.self = 0x777u;          // unused
         p.nseg = mc.nseg;
         p.seg_words = seg_words;
         p.mask = mc.mask;
@@ -915,6 +946,65 @@ void oneshot_cases(const MaskCase& mc) {
 TEST_CASE("oneshot: masked in-order sums of decoded segments") {
   REQUIRE_GPU_OR_SKIP();
   for (const MaskCase& mc : mask_cases) oneshot_cases(mc);
+  check_validation_clean();
+}
+
+// DIRECT: segment `self` from scratch at out_off, every other one from peer[j] at in_off.
+void oneshot_direct_cases(const MaskCase& mc, std::uint32_t self) {
+  std::uint64_t seed = 5000 + mc.nseg * 131 + mc.mask % 977 + self;
+  for (Wire wire : tpar::all_wires)
+    for (std::uint32_t n : test_counts) {
+      if (n > mc.max_count) continue;
+      int variant = 0;
+      for (std::uint32_t groups : group_counts(n)) {
+        Rng rng(++seed);
+        const std::size_t ww = tpar::wire_words(wire, n);
+        const Layout l = layout_for(variant++, ww, ww);
+        REQUIRE(l.in_off + ww <= peer_window_words);
+        Push p;
+        p.count = n;
+        p.user_off = l.user_off;
+        p.in_off = l.in_off;
+        p.out_off = l.out_off;
+        p.mode = 1;  // DIRECT
+        p.nseg = mc.nseg;
+        p.seg_words = 0x0FFFFFFFu;  // unused
+        p.mask = mc.mask;
+        p.self = self;
+        INFO(describe(Shader::oneshot, wire, p, groups));
+        INFO("self=" << self);
+
+        const std::vector<float> user_x = make_values(n, rng, false);
+        Buffers init = sentinel_buffers(l.user_off + n, l.out_off + ww, rng);
+        init.host.resize(direct_peers * peer_window_words);
+        for (auto& w : init.host) w = 0xB0570000u ^ (rng.u32() & 0x0000FFFFu);
+        std::memcpy(init.user.data() + l.user_off, user_x.data(), n * 4);
+        std::vector<float> sum(n, 0.0f);
+        bool first = true;
+        for (std::uint32_t j = 0; j < mc.nseg; ++j) {
+          auto words = encode(wire, make_values(n, rng, false));
+          dirty_padding(wire, words, n, rng);
+          auto at = j == self ? init.scratch.begin() + l.out_off : init.host.begin() + j * peer_window_words + l.in_off;
+          std::copy(words.begin(), words.end(), at);
+          if (!((mc.mask >> j) & 1u)) continue;
+          const auto x = decode(wire, words.data(), n);
+          for (std::size_t i = 0; i < n; ++i) sum[i] = first ? x[i] : sum[i] + x[i];
+          first = false;
+        }
+        Buffers want = init;
+        std::memcpy(want.user.data() + l.user_off, sum.data(), n * 4);
+        run_case(Shader::oneshot, wire, p, groups, init, want);
+      }
+    }
+}
+
+TEST_CASE("oneshot: mode 1 DIRECT reads the peers' segments in place, its own from scratch") {
+  REQUIRE_GPU_OR_SKIP();
+  for (const MaskCase& mc : mask_cases) {
+    if (mc.nseg > direct_peers) continue;
+    oneshot_direct_cases(mc, 0);
+    oneshot_direct_cases(mc, mc.nseg - 1);
+  }
   check_validation_clean();
 }
 

@@ -24,7 +24,10 @@ struct SimDevice {
   std::vector<std::uint32_t> host;
 };
 
-inline void run_kernel(Wire w, const Command& c, SimDevice& dev) {
+// Runs kernel command `c` on device `self` of `devs` (OneShot's direct sum reads the
+// peers' host staging).
+inline void run_kernel(Wire w, const Command& c, std::vector<SimDevice>& devs, std::size_t self) {
+  SimDevice& dev = devs[self];
   const auto& a = c.args;
   std::uint32_t* scratch = dev.scratch.data();
   float* user = dev.user.data();
@@ -34,6 +37,10 @@ inline void run_kernel(Wire w, const Command& c, SimDevice& dev) {
     case Kernel::pack:
       if (a.mode == static_cast<std::uint32_t>(PackMode::zeros)) std::fill_n(scratch + a.out_off, words, 0u);
       else detail::encode_piece(w, user + a.user_off, a.count, scratch + a.out_off);
+      if (a.host_out_off != KernelArgs::no_host_out) {
+        if (std::size_t(a.host_out_off) + words > dev.host.size()) throw std::runtime_error("pack writes past its host staging");
+        std::copy_n(scratch + a.out_off, words, dev.host.data() + a.host_out_off);
+      }
       return;
     case Kernel::combine: {
       const auto mode = static_cast<CombineMode>(a.mode);
@@ -59,9 +66,17 @@ inline void run_kernel(Wire w, const Command& c, SimDevice& dev) {
     case Kernel::oneshot: {
       bool first = true;
       std::vector<float> sum(a.count, 0.0f);
+      const bool direct = a.mode == static_cast<std::uint32_t>(OneShotMode::direct);
+      if (direct && (a.nseg > max_direct_peers || a.self != self)) throw std::runtime_error("bad direct oneshot");
       for (std::uint32_t j = 0; j < a.nseg; ++j) {
         if (!((a.mask >> j) & 1u)) continue;
-        detail::decode_piece(w, scratch + a.in_off + j * a.seg_words, a.count, in.data());
+        const std::uint32_t* seg = scratch + a.in_off + j * a.seg_words;
+        if (direct && j == self) seg = scratch + a.out_off;
+        else if (direct) {
+          if (std::size_t(a.in_off) + words > devs[j].host.size()) throw std::runtime_error("oneshot reads past a peer's host staging");
+          seg = devs[j].host.data() + a.in_off;
+        }
+        detail::decode_piece(w, seg, a.count, in.data());
         for (std::size_t i = 0; i < a.count; ++i) sum[i] = first ? in[i] : sum[i] + in[i];
         first = false;
       }
@@ -73,7 +88,7 @@ inline void run_kernel(Wire w, const Command& c, SimDevice& dev) {
 
 // Runs `s` over `inputs` (one vector per device, modified in place). `merged`: each
 // device runs all its batches on one queue (as on lavapipe); otherwise compute and
-// transfer are separate queues.
+// transfer are separate queues, each batch on queue_of(batch).
 inline void simulate(const Schedule& s, std::vector<std::vector<float>>& inputs, std::uint64_t seed, bool merged) {
   const std::size_t n = s.devices.size();
   std::vector<SimDevice> dev(n);
@@ -103,7 +118,7 @@ inline void simulate(const Schedule& s, std::vector<std::vector<float>>& inputs,
       for (Role r : {Role::compute, Role::transfer}) {
         Queue q{d, {}};
         for (std::size_t i = 0; i < bs.size(); ++i)
-          if (bs[i].role == r) q.batches.push_back(i);
+          if (queue_of(bs[i]) == r) q.batches.push_back(i);
         queues.push_back(q);
       }
     }
@@ -136,7 +151,7 @@ inline void simulate(const Schedule& s, std::vector<std::vector<float>>& inputs,
         };
         std::memmove(word_ptr(c.dst), word_ptr(c.src), c.bytes);
       } else if (c.type == Command::Type::kernel) {
-        run_kernel(s.wire, c, dev[d]);
+        run_kernel(s.wire, c, dev, d);
       }
     }
     done[d][static_cast<int>(b.role)] = role_index[d][q.batches[q.next]] + 1;

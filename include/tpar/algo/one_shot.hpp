@@ -1,6 +1,7 @@
 // OneShot — for small (decode-sized) tensors, where latency is everything: every device
 // publishes its whole tensor once; every device then sums all contributions in device
 // order 0..n-1, the same order everywhere, so every device ends bit-identical.
+// Per device and call: two batches on the compute queue, [publish, sum], one submission.
 #pragma once
 
 #include <tpar/algo/request.hpp>
@@ -18,27 +19,33 @@ struct OneShot {
     const auto seg_words = static_cast<std::uint32_t>(seg_bytes / 4);
     const std::uint32_t mask = n >= 32 ? rq.contributing : rq.contributing & ((1u << n) - 1u);
 
+    // Up to max_direct_peers devices, the sum reads the peers' segments where they were
+    // published (host staging, in place) and scratch holds only the device's own; in
+    // larger groups every segment is copied into scratch first.
+    const bool direct = n <= max_direct_peers;
+    auto own_words = [&](std::uint32_t d) { return direct ? 0u : d * seg_words; };
+
     Schedule s = empty_schedule(name, rq);
-    s.scratch_bytes.assign(n, seg_bytes * n);
+    s.scratch_bytes.assign(n, direct ? seg_bytes : seg_bytes * n);
     for (std::uint32_t d = 0; d < n; ++d) {
       auto& out = s.devices[d].batches;
       if (rq.contributes(d)) {
-        Batch pack;
-        pack.role = Role::compute;
-        pack.wait_ready = pack.wait_previous_call = true;
+        // Publish: pack writes the wire segment into scratch (for this device's own sum)
+        // and into its host staging (for the peers) in one kernel, on the compute queue,
+        // and signals the uploads timeline the peers wait on: one batch and one queue,
+        // where a copy on the transfer queue would add a batch and a hop between queues.
+        Batch publish;
+        publish.role = Role::transfer;
+        publish.on_compute_queue = true;
+        publish.wait_ready = publish.wait_previous_call = true;
         KernelArgs a;
         a.count = static_cast<std::uint32_t>(rq.count);
-        a.out_off = d * seg_words;
+        a.out_off = own_words(d);
+        a.host_out_off = 0;
         a.mode = static_cast<std::uint32_t>(PackMode::encode);
-        pack.commands.push_back(detail::kernel_cmd(Kernel::pack, a));
-        out.push_back(std::move(pack));
-
-        Batch upload;
-        upload.role = Role::transfer;
-        upload.waits.push_back({d, Role::compute, 0});
-        upload.commands.push_back(detail::copy_cmd(Region::scratch(d * seg_bytes), Region::host(d, 0), wire_bytes));
-        upload.commands.push_back(detail::barrier_cmd(Command::Type::host_barrier));
-        out.push_back(std::move(upload));
+        publish.commands.push_back(detail::kernel_cmd(Kernel::pack, a));
+        publish.commands.push_back(detail::barrier_cmd(Command::Type::host_barrier));
+        out.push_back(std::move(publish));
         s.host_bytes[d] = seg_bytes;
       }
       Batch sum;
@@ -47,14 +54,22 @@ struct OneShot {
       for (std::uint32_t j = 0; j < n; ++j) {
         if (j == d || !rq.contributes(j)) continue;
         sum.waits.push_back({j, Role::transfer, 0});
-        sum.commands.push_back(detail::copy_cmd(Region::host(j, 0), Region::scratch(j * seg_bytes), wire_bytes));
+        if (!direct) sum.commands.push_back(detail::copy_cmd(Region::host(j, 0), Region::scratch(j * seg_bytes), wire_bytes));
       }
-      if (!sum.waits.empty()) sum.commands.push_back(detail::barrier_cmd());
+      if (!sum.commands.empty()) sum.commands.push_back(detail::barrier_cmd());
       KernelArgs a;
       a.count = static_cast<std::uint32_t>(rq.count);
       a.nseg = n;
-      a.seg_words = seg_words;
       a.mask = mask;
+      if (direct) {
+        a.mode = static_cast<std::uint32_t>(OneShotMode::direct);
+        a.self = d;
+        a.in_off = 0;  // a peer's segment starts its host staging
+        a.out_off = own_words(d);
+      } else {
+        a.mode = static_cast<std::uint32_t>(OneShotMode::scratch);
+        a.seg_words = seg_words;
+      }
       sum.commands.push_back(detail::kernel_cmd(Kernel::oneshot, a));
       out.push_back(std::move(sum));
     }

@@ -163,7 +163,7 @@ class Communicator {
       const double period = group_[d].capabilities().timestamp_period_ns / 1e3;
       for (std::size_t b = 0; b < batches.size(); ++b) {
         auto& t = out.devices[d][b];
-        t.role = batches[b].role;
+        t.role = queue_of(batches[b]);
         t.what = describe(batches[b]);
         if (avail[4 * b + 1] && avail[4 * b + 3]) {
           t.start_us = double(avail[4 * b]) * period + (aligned ? offset[d] : 0.0);
@@ -272,6 +272,7 @@ class Communicator {
       c.transfer = Timeline(vkd);
       if (exportable_sources()) c.shared = Timeline(vkd, true);
       c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
+      (void)c.device->kernels();  // here, so a device that cannot bind them fails creation
       // Resettable: without update-after-bind, kernel batches are recorded again per call.
       vk::CommandPoolCreateInfo pool_info(vk::CommandPoolCreateFlagBits::eResetCommandBuffer, c.device->compute_queue().family());
       detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.compute_pool), "vkCreateCommandPool");
@@ -371,12 +372,18 @@ class Communicator {
       built = Algo::build(rq);
       host_need = max_of(built->host_bytes);
       scratch_need = max_of(built->scratch_bytes);
-      for (std::size_t d = 0; d < size(); ++d)
+      for (std::size_t d = 0; d < size(); ++d) {
+        if (publishes_from_kernel(built->devices[d]) && built->host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
+          throw Error(ErrorCode::unsupported,
+                      std::string(built->algorithm) + " publishes " + std::to_string(built->host_bytes[d]) +
+                          " bytes of host staging from a kernel, more than device " + std::to_string(d) +
+                          " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
         if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
           throw Error(ErrorCode::unsupported,
                       std::string(built->algorithm) + " needs " + std::to_string(scratch_need) +
                           " bytes of scratch for this call, more than device " + std::to_string(d) +
                           " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
+      }
     }
     const auto host_cap = host_capacity_.update(host_need);
     const auto scratch_cap = scratch_capacity_.update(scratch_need);
@@ -418,17 +425,39 @@ class Communicator {
         // a parity's set is never in use then (its last call finished: wait_for_slot_set).
         const KernelSet& kernels = group_[d].kernels();
         const auto depth = static_cast<std::uint32_t>(options_.depth);
-        vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, 2 * depth);
+        vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, kernel_storage_buffers * depth);
         vk::DescriptorPoolCreateInfo pool_info({}, depth, 1, &pool_size);
         if (kernels.update_after_bind()) pool_info.flags = vk::DescriptorPoolCreateFlagBits::eUpdateAfterBind;
         detail::check(vkd.createDescriptorPool(&pool_info, nullptr, &plan->descriptor_pools[d]), "vkCreateDescriptorPool");
         const std::vector<vk::DescriptorSetLayout> layouts(depth, kernels.set_layout());
         vk::DescriptorSetAllocateInfo set_info(plan->descriptor_pools[d], depth, layouts.data());
         detail::check(vkd.allocateDescriptorSets(&set_info, plan->descriptor_sets[d].data()), "vkAllocateDescriptorSets");
+        // Binding 2: this device's own host staging for the parity's call, where kernels
+        // that publish write; plans that do not publish from a kernel get the scratch
+        // there, as every binding must hold a valid buffer.
         const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0, VK_WHOLE_SIZE);
-        for (const vk::DescriptorSet set : plan->descriptor_sets[d]) {
-          const vk::WriteDescriptorSet write(set, 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &scratch);
-          vkd.updateDescriptorSets(1, &write, 0, nullptr);
+        const bool publishes = publishes_from_kernel(plan->schedule.devices[d]) && n > 1;
+        const std::uint64_t host_range = std::max<std::uint64_t>(plan->schedule.host_bytes[d], 4);
+        const bool reads_peers = reads_peers_in_place(plan->schedule.devices[d]);
+        for (std::uint32_t parity = 0; parity < depth; ++parity) {
+          const vk::DescriptorBufferInfo host =
+              publishes ? vk::DescriptorBufferInfo(generation_->host_buffer(d, d), generation_->slot_offset(parity), host_range)
+                        : scratch;
+          // Binding 3: the peers' host staging for this parity, for kernels that read it in
+          // place (OneShot's direct sum); the scratch stands in for every other entry.
+          std::array<vk::DescriptorBufferInfo, max_direct_peers> peers;
+          for (std::uint32_t j = 0; j < max_direct_peers; ++j) {
+            const bool peer = reads_peers && j < n && j != d && plan->schedule.host_bytes[j] > 0;
+            peers[j] = peer ? vk::DescriptorBufferInfo(generation_->host_buffer(d, j), generation_->slot_offset(parity),
+                                                       plan->schedule.host_bytes[j])
+                            : scratch;
+          }
+          const std::array<vk::WriteDescriptorSet, 3> writes{
+              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &scratch),
+              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 2, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host),
+              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 3, 0, max_direct_peers, vk::DescriptorType::eStorageBuffer,
+                                     nullptr, peers.data())};
+          vkd.updateDescriptorSets(static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
         }
       }
     } catch (...) {
@@ -446,6 +475,24 @@ class Communicator {
       }
     }
     return plan;
+  }
+
+  // Does any kernel of this device's schedule write its host staging (binding 2)?
+  static bool publishes_from_kernel(const DeviceSchedule& schedule) {
+    for (const auto& b : schedule.batches)
+      for (const auto& c : b.commands)
+        if (c.type == Command::Type::kernel && c.args.host_out_off != KernelArgs::no_host_out) return true;
+    return false;
+  }
+
+  // Does any kernel of this device's schedule read the peers' host staging (binding 3)?
+  static bool reads_peers_in_place(const DeviceSchedule& schedule) {
+    for (const auto& b : schedule.batches)
+      for (const auto& c : b.commands)
+        if (c.type == Command::Type::kernel && c.kernel == Kernel::oneshot &&
+            c.args.mode == static_cast<std::uint32_t>(OneShotMode::direct))
+          return true;
+    return false;
   }
 
   // Blocks (bounded) until every device finished the call that last used slot set `parity`.

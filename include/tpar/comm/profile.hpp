@@ -13,7 +13,7 @@
 namespace tpar::inline v0 {
 
 struct BatchTiming {
-  Role role = Role::compute;
+  Role role = Role::compute;  // the queue it ran on
   std::string what;  // "pack", "upload", "download+add", ...
   double start_us = std::numeric_limits<double>::quiet_NaN();  // NaN: the queue has no timestamps
   double end_us = std::numeric_limits<double>::quiet_NaN();
@@ -39,8 +39,13 @@ struct CallProfile {
 
 // A short name for what a batch does.
 inline std::string describe(const Batch& b) {
-  if (b.role == Role::transfer) return "upload";
   std::string s;
+  if (b.role == Role::transfer) {
+    // A copy engine's upload, or a kernel that writes host staging itself.
+    for (const auto& c : b.commands)
+      if (c.type == Command::Type::kernel) return c.args.mode == static_cast<std::uint32_t>(PackMode::zeros) ? "zeros+publish" : "pack+publish";
+    return "upload";
+  }
   bool copies = false;
   for (const auto& c : b.commands) copies |= c.type == Command::Type::copy;
   if (copies) s = "download+";

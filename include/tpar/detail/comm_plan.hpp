@@ -54,7 +54,7 @@ struct WaitRule {
 // Everything one device submits for one plan and parity.
 struct DeviceSubmit {
   struct Group {
-    Role role = Role::compute;  // the queue (merged: compute)
+    Role role = Role::compute;  // the queue (merged: compute); its batches' queue_of()
     std::vector<vk::SubmitInfo> infos;
     std::vector<vk::TimelineSemaphoreSubmitInfo> timeline_infos;
   };
@@ -96,7 +96,7 @@ struct Plan {
         if (sub.command_buffers.empty()) continue;
         const auto& batches = schedule.devices[d].batches;
         for (std::size_t b = 0; b < batches.size(); ++b)
-          if (sub.command_buffers[b]) dev.freeCommandBuffers(ctx[d].pool(batches[b].role), 1, &sub.command_buffers[b]);
+          if (sub.command_buffers[b]) dev.freeCommandBuffers(ctx[d].pool(queue_of(batches[b])), 1, &sub.command_buffers[b]);
       }
       if (descriptor_pools[d]) dev.destroyDescriptorPool(descriptor_pools[d]);
     }
@@ -131,8 +131,9 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
     return dev.capabilities().queue_families[c.queue(r).family()].timestampValidBits > 0;
   };
 
+  const Role queue = queue_of(batch);
   if (!sub.command_buffers[b]) {
-    vk::CommandBufferAllocateInfo ai(c.pool(batch.role), vk::CommandBufferLevel::ePrimary, 1);
+    vk::CommandBufferAllocateInfo ai(c.pool(queue), vk::CommandBufferLevel::ePrimary, 1);
     check(vkd.allocateCommandBuffers(&ai, &sub.command_buffers[b]), "vkAllocateCommandBuffers");
   } else {
     check(VULKAN_HPP_DEFAULT_DISPATCHER.vkResetCommandBuffer(sub.command_buffers[b], 0), "vkResetCommandBuffer");
@@ -140,7 +141,7 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
   vk::CommandBuffer cb = sub.command_buffers[b];
   vk::CommandBufferBeginInfo begin;
   check(cb.begin(&begin), "vkBeginCommandBuffer");
-  const bool compute = batch.role == Role::compute;
+  const bool compute = queue == Role::compute;
   const vk::PipelineStageFlags stages =
       compute ? vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer
               : vk::PipelineStageFlags(vk::PipelineStageFlagBits::eTransfer);
@@ -151,7 +152,7 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
   // Whatever ran before on this queue (an earlier batch, an earlier call) is done with
   // the memory this batch touches.
   const vk::MemoryBarrier full(writes, all);
-  const bool stamp = sub.timestamps && has_timestamps(batch.role);
+  const bool stamp = sub.timestamps && has_timestamps(queue);
   const auto q = static_cast<std::uint32_t>(2 * b);
   if (stamp) {
     cb.resetQueryPool(sub.timestamps, q, 2);
@@ -173,9 +174,8 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
         cb.pipelineBarrier(stages, stages, {}, 1, &full, 0, nullptr, 0, nullptr);
         break;
       case Command::Type::host_barrier: {
-        const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
-        cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0,
-                           nullptr, 0, nullptr);
+        const vk::MemoryBarrier to_host(writes, vk::AccessFlagBits::eHostRead);
+        cb.pipelineBarrier(stages, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0, nullptr, 0, nullptr);
         break;
       }
       case Command::Type::kernel: {
@@ -232,7 +232,7 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
   }
   for (auto& g : sub.groups) {
     std::size_t k = 0;
-    for (const Batch& b : batches) k += c.merged || b.role == g.role;
+    for (const Batch& b : batches) k += c.merged || queue_of(b) == g.role;
     g.infos.resize(k);
     g.timeline_infos.resize(k);
   }
@@ -271,7 +271,7 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
       sub.signal_rules[2 * b + 1] = {batch.role, role_index[r]};
     }
     ++role_index[r];
-    const std::size_t gi = c.merged ? 0 : (batch.role == Role::transfer ? 0 : 1);
+    const std::size_t gi = c.merged ? 0 : (queue_of(batch) == Role::transfer ? 0 : 1);
     auto& group = sub.groups[gi];
     const std::size_t k = next_in_group[gi]++;
     auto& ti = group.timeline_infos[k];

@@ -33,9 +33,9 @@ struct Region {
 struct Command {
   enum class Type : std::uint8_t {
     copy,          // src -> dst, `bytes`
-    kernel,        // `kernel` with `args` (binding 0 = caller's span, 1 = scratch)
+    kernel,        // `kernel` with `args` (binding 0 = caller's span, 1 = scratch, 2 = own host staging)
     barrier,       // earlier copies/kernels of this batch before later ones
-    host_barrier,  // make this batch's writes to host staging visible to the host (and so to peers)
+    host_barrier,  // make this batch's writes to host staging (copies or kernels) visible to the host (and so to peers)
   };
   Type type = Type::barrier;
   Region src, dst;
@@ -52,12 +52,20 @@ struct BatchRef {
 };
 
 struct Batch {
+  // The timeline the batch signals, and so what it means to waiters: compute batches end
+  // in results on the device, transfer batches in data in host staging that peers wait on.
   Role role = Role::compute;
+  // A transfer batch whose kernels write host staging themselves runs on the compute
+  // queue (no copy engine, no hop between queues), still signalling the uploads timeline.
+  bool on_compute_queue = false;
   std::vector<Command> commands;
   std::vector<BatchRef> waits;       // same device, or a peer's transfer batches
   bool wait_ready = false;           // the caller's ready point for this device
   bool wait_previous_call = false;   // all transfers of this device's previous call (scratch reuse)
 };
+
+// The queue a batch runs on.
+inline Role queue_of(const Batch& b) { return b.on_compute_queue ? Role::compute : b.role; }
 
 struct DeviceSchedule {
   std::vector<Batch> batches;  // a valid order for a single queue doing both roles

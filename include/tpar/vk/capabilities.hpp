@@ -60,6 +60,7 @@ struct DeviceCapabilities {
 
   vk::DeviceSize min_storage_offset_alignment = 0;
   vk::DeviceSize max_storage_buffer_range = 0;
+  std::uint32_t max_storage_buffers_per_stage = 0;  // maxPerStageDescriptorStorageBuffers
   std::uint32_t max_workgroups_x = 0;
 
   bool is_gpu() const {
@@ -129,6 +130,7 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
   caps.host_import_alignment = caps.external_memory_host ? host.minImportedHostPointerAlignment : 0;
   caps.min_storage_offset_alignment = p.limits.minStorageBufferOffsetAlignment;
   caps.max_storage_buffer_range = p.limits.maxStorageBufferRange;
+  caps.max_storage_buffers_per_stage = p.limits.maxPerStageDescriptorStorageBuffers;
   caps.max_workgroups_x = p.limits.maxComputeWorkGroupCount[0];
   caps.timestamp_period_ns = p.limits.timestampPeriod;
 

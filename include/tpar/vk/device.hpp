@@ -148,7 +148,13 @@ class Device {
   const detail::DeviceExtensionFns& extension_fns() const { return fns_; }
 
   KernelSet& kernels() {
-    std::call_once(kernels_once_, [&] { kernels_ = std::make_unique<KernelSet>(device_, enabled_.update_after_bind); });
+    std::call_once(kernels_once_, [&] {
+      if (capabilities().max_storage_buffers_per_stage < kernel_storage_buffers)
+        throw Error(ErrorCode::unsupported, "device " + std::to_string(index()) + " (" + capabilities().name + ") lets a shader bind " +
+                                                std::to_string(capabilities().max_storage_buffers_per_stage) +
+                                                " storage buffers; tpar's kernels need " + std::to_string(kernel_storage_buffers));
+      kernels_ = std::make_unique<KernelSet>(device_, enabled_.update_after_bind);
+    });
     return *kernels_;
   }
 

@@ -19,6 +19,7 @@ enum class Kernel : std::uint32_t { pack = 0, combine = 1, oneshot = 2 };
 
 // Modes of the kernels (push constant `mode`); shaders/*.comp document each.
 enum class PackMode : std::uint32_t { encode = 0, zeros = 1 };
+enum class OneShotMode : std::uint32_t { scratch = 0, direct = 1 };
 enum class CombineMode : std::uint32_t { add_forward = 0, copy = 1, add_final = 2, copy_final = 3, unpack = 4 };
 
 // The push-constant block every kernel shares (shaders/*.comp: `PC`).
@@ -31,8 +32,19 @@ struct KernelArgs {
   std::uint32_t nseg = 0;       // OneShot: segments
   std::uint32_t seg_words = 0;  // OneShot: words between segments
   std::uint32_t mask = 0;       // OneShot: contributing segments
+  // pack: also write the output piece to this word offset of the device's own host
+  // staging for the call (binding 2), so peers can read it with no upload; ~0: don't.
+  std::uint32_t host_out_off = no_host_out;
+  std::uint32_t self = 0;       // OneShot direct: this device's segment (read from scratch out_off)
+  static constexpr std::uint32_t no_host_out = ~0u;
 };
-static_assert(sizeof(KernelArgs) == 32);
+static_assert(sizeof(KernelArgs) == 40);
+
+// OneShot's sum reads the peers' host staging in place (binding 3, one buffer per source)
+// for groups up to this size; larger groups copy it into scratch first.
+inline constexpr std::uint32_t max_direct_peers = 8;
+// Storage buffers one kernel binds: user, scratch, own host staging, and the peers'.
+inline constexpr std::uint32_t kernel_storage_buffers = 3 + max_direct_peers;
 
 // Work groups for a piece: one 512-value block per group, capped; the kernels loop.
 inline std::uint32_t kernel_groups(std::size_t count, std::uint32_t max_groups_x) {
@@ -45,10 +57,12 @@ class KernelSet {
   // `update_after_bind`: binding 0 (the caller's buffer) may be rewritten after command
   // buffers that bind the set were recorded, without invalidating them.
   KernelSet(vk::Device device, bool update_after_bind) : device_(device), update_after_bind_(update_after_bind) {
-    std::array<vk::DescriptorSetLayoutBinding, 2> bindings{
+    std::array<vk::DescriptorSetLayoutBinding, 4> bindings{
         vk::DescriptorSetLayoutBinding(0, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute),
-        vk::DescriptorSetLayoutBinding(1, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute)};
-    const std::array<vk::DescriptorBindingFlags, 2> flags{vk::DescriptorBindingFlagBits::eUpdateAfterBind, {}};
+        vk::DescriptorSetLayoutBinding(1, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute),
+        vk::DescriptorSetLayoutBinding(2, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute),
+        vk::DescriptorSetLayoutBinding(3, vk::DescriptorType::eStorageBuffer, max_direct_peers, vk::ShaderStageFlagBits::eCompute)};
+    const std::array<vk::DescriptorBindingFlags, 4> flags{vk::DescriptorBindingFlagBits::eUpdateAfterBind, {}, {}, {}};
     vk::DescriptorSetLayoutBindingFlagsCreateInfo flags_info(flags);
     vk::DescriptorSetLayoutCreateInfo dsl_info({}, bindings);
     if (update_after_bind) {
