@@ -49,7 +49,10 @@ def table(kind):
     native = bench(f"native-{kind}.txt")
     by = lambda wire: {r["bytes"]: r for r in native if r["wire"] == wire}
     f32, bf16 = by("f32"), by("bf16")
-    proxy = {r["bytes"]: r for r in bench(f"proxy-{kind}.txt") if r["wire"] == "bf16"}
+    proxy = {}
+    for r in bench(f"proxy-{kind}.txt"):  # the default wire (older logs: every wire; bf16 kept)
+        if r["bytes"] not in proxy or r["wire"] == "bf16":
+            proxy[r["bytes"]] = r
     lines = [f"| bytes | NCCL P2P off: us / busbw | tpar default: algo, wire, us / busbw (x NCCL) | tpar f32 NativeImport: us / busbw (eff) | tpar bf16 NativeImport: us / busbw (eff) | tpar ProxyBridge: us | NCCL NVLink busbw |",
              "|---|---|---|---|---|---|---|"]
     for b in sorted(auto):
