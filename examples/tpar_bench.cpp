@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -517,16 +516,9 @@ double bound_seconds(const tpar::Schedule& s, const LinkFigures& link) {
     double up = 0, down = 0;
     for (const auto& b : s.devices[d].batches)
       for (const auto& c : b.commands) {
-        if (c.type == tpar::Command::Type::kernel) {
-          // Kernels that move data through host staging themselves (OneShot).
-          const double piece = double(tpar::wire_words(s.wire, c.args.count) * 4);
-          if (c.kernel == tpar::Kernel::pack && c.args.host_out_off != tpar::KernelArgs::no_host_out) up += piece;
-          if (c.kernel == tpar::Kernel::oneshot && c.args.mode == static_cast<std::uint32_t>(tpar::OneShotMode::direct)) {
-            const std::uint32_t segs = c.args.nseg >= 32 ? ~0u : (1u << c.args.nseg) - 1u;
-            down += piece * std::popcount(c.args.mask & segs & ~(1u << c.args.self));
-          }
-          continue;
-        }
+        const tpar::HostTraffic k = tpar::kernel_host_traffic(s.wire, c);  // kernels' own host traffic
+        up += double(k.to_host);
+        down += double(k.from_host);
         if (c.type != tpar::Command::Type::copy) continue;
         if (c.dst.kind == tpar::Region::Kind::host) up += double(c.bytes);
         if (c.src.kind == tpar::Region::Kind::host) down += double(c.bytes);

@@ -111,6 +111,11 @@ TEST_CASE("OneShot: one compute-queue submission per device, its kernel publishi
         CHECK(copies == (n <= max_direct_peers ? 0 : peers));
         CHECK(sum.commands.back().args.mode ==
               static_cast<std::uint32_t>(n <= max_direct_peers ? OneShotMode::direct : OneShotMode::scratch));
+        // What the kernels move through host staging themselves (bindings 2 and 3).
+        const std::uint64_t piece = wire_words(rq.wire, rq.count) * 4;
+        const HostTraffic t = kernel_host_traffic(rq.wire, s.devices[d]);
+        CHECK(t.to_host == piece);
+        CHECK(t.from_host == (n <= max_direct_peers ? piece * std::uint64_t(peers) : 0));
       }
     }
 }

@@ -898,8 +898,12 @@ constexpr MaskCase mask_cases[] = {
     {8, 0xFFu, 0, 2048},       {32, 0x80000001u | 0x00F0F000u, 1, 2048},
 };
 
-void oneshot_cases(const MaskCase& mc) {
-  std::uint64_t seed = 3000 + mc.nseg * 131 + mc.mask % 977;
+// mode 0 SCRATCH (no `self`): segment j at scratch in_off + j*seg_words. mode 1 DIRECT:
+// segment `self` at scratch out_off, every other one at in_off of peer[j] (window j of
+// the host buffer).
+void oneshot_cases(const MaskCase& mc, std::optional<std::uint32_t> self = std::nullopt) {
+  const bool direct = self.has_value();
+  std::uint64_t seed = (direct ? 5000 + *self : 3000) + mc.nseg * 131 + mc.mask % 977;
   for (Wire wire : tpar::all_wires)
     for (std::uint32_t n : test_counts) {
       if (n > mc.max_count) continue;
@@ -908,29 +912,38 @@ void oneshot_cases(const MaskCase& mc) {
         Rng rng(++seed);
         const std::size_t ww = tpar::wire_words(wire, n);
         const std::uint32_t seg_words = static_cast<std::uint32_t>(ww + mc.gap);
-        const std::size_t in_words = std::size_t{seg_words} * mc.nseg;
-        const Layout l = layout_for(variant++, in_words, 0);
+        const std::size_t in_words = direct ? ww : std::size_t{seg_words} * mc.nseg;
+        const Layout l = layout_for(variant++, in_words, direct ? ww : 0);
+        if (direct) REQUIRE(l.in_off + ww <= peer_window_words);
         Push p;
         p.count = n;
         p.user_off = l.user_off;
         p.in_off = l.in_off;
-        p.out_off = 0x0FFFFFFFu;  // unused
-        p.mode = 0;               // SCRATCH
-        p.self = 0x777u;          // unused
+        p.out_off = direct ? l.out_off : 0x0FFFFFFFu;  // SCRATCH: unused
+        p.mode = direct ? 1 : 0;
+        p.self = direct ? *self : 0x777u;             // SCRATCH: unused
         p.nseg = mc.nseg;
-        p.seg_words = seg_words;
+        p.seg_words = direct ? 0x0FFFFFFFu : seg_words;  // DIRECT: unused
         p.mask = mc.mask;
         INFO(describe(Shader::oneshot, wire, p, groups));
+        INFO("self=" << p.self);
 
         const std::vector<float> user_x = make_values(n, rng, false);
-        Buffers init = sentinel_buffers(l.user_off + n, l.in_off + in_words, rng);
+        Buffers init = sentinel_buffers(l.user_off + n, direct ? l.out_off + ww : l.in_off + in_words, rng);
+        if (direct) {
+          init.host.resize(direct_peers * peer_window_words);
+          for (auto& w : init.host) w = 0xB0570000u ^ (rng.u32() & 0x0000FFFFu);
+        }
         std::memcpy(init.user.data() + l.user_off, user_x.data(), n * 4);
         std::vector<float> sum(n, 0.0f);
         bool first = true;
         for (std::uint32_t j = 0; j < mc.nseg; ++j) {
           auto words = encode(wire, make_values(n, rng, false));
           dirty_padding(wire, words, n, rng);
-          std::copy(words.begin(), words.end(), init.scratch.begin() + l.in_off + j * seg_words);
+          const auto at = !direct     ? init.scratch.begin() + l.in_off + j * seg_words
+                          : j == *self ? init.scratch.begin() + l.out_off
+                                       : init.host.begin() + j * peer_window_words + l.in_off;
+          std::copy(words.begin(), words.end(), at);
           if (j >= 32 || !((mc.mask >> j) & 1u)) continue;
           const auto x = decode(wire, words.data(), n);
           for (std::size_t i = 0; i < n; ++i) sum[i] = first ? x[i] : sum[i] + x[i];
@@ -949,61 +962,12 @@ TEST_CASE("oneshot: masked in-order sums of decoded segments") {
   check_validation_clean();
 }
 
-// DIRECT: segment `self` from scratch at out_off, every other one from peer[j] at in_off.
-void oneshot_direct_cases(const MaskCase& mc, std::uint32_t self) {
-  std::uint64_t seed = 5000 + mc.nseg * 131 + mc.mask % 977 + self;
-  for (Wire wire : tpar::all_wires)
-    for (std::uint32_t n : test_counts) {
-      if (n > mc.max_count) continue;
-      int variant = 0;
-      for (std::uint32_t groups : group_counts(n)) {
-        Rng rng(++seed);
-        const std::size_t ww = tpar::wire_words(wire, n);
-        const Layout l = layout_for(variant++, ww, ww);
-        REQUIRE(l.in_off + ww <= peer_window_words);
-        Push p;
-        p.count = n;
-        p.user_off = l.user_off;
-        p.in_off = l.in_off;
-        p.out_off = l.out_off;
-        p.mode = 1;  // DIRECT
-        p.nseg = mc.nseg;
-        p.seg_words = 0x0FFFFFFFu;  // unused
-        p.mask = mc.mask;
-        p.self = self;
-        INFO(describe(Shader::oneshot, wire, p, groups));
-        INFO("self=" << self);
-
-        const std::vector<float> user_x = make_values(n, rng, false);
-        Buffers init = sentinel_buffers(l.user_off + n, l.out_off + ww, rng);
-        init.host.resize(direct_peers * peer_window_words);
-        for (auto& w : init.host) w = 0xB0570000u ^ (rng.u32() & 0x0000FFFFu);
-        std::memcpy(init.user.data() + l.user_off, user_x.data(), n * 4);
-        std::vector<float> sum(n, 0.0f);
-        bool first = true;
-        for (std::uint32_t j = 0; j < mc.nseg; ++j) {
-          auto words = encode(wire, make_values(n, rng, false));
-          dirty_padding(wire, words, n, rng);
-          auto at = j == self ? init.scratch.begin() + l.out_off : init.host.begin() + j * peer_window_words + l.in_off;
-          std::copy(words.begin(), words.end(), at);
-          if (!((mc.mask >> j) & 1u)) continue;
-          const auto x = decode(wire, words.data(), n);
-          for (std::size_t i = 0; i < n; ++i) sum[i] = first ? x[i] : sum[i] + x[i];
-          first = false;
-        }
-        Buffers want = init;
-        std::memcpy(want.user.data() + l.user_off, sum.data(), n * 4);
-        run_case(Shader::oneshot, wire, p, groups, init, want);
-      }
-    }
-}
-
 TEST_CASE("oneshot: mode 1 DIRECT reads the peers' segments in place, its own from scratch") {
   REQUIRE_GPU_OR_SKIP();
   for (const MaskCase& mc : mask_cases) {
     if (mc.nseg > direct_peers) continue;
-    oneshot_direct_cases(mc, 0);
-    oneshot_direct_cases(mc, mc.nseg - 1);
+    oneshot_cases(mc, 0);
+    oneshot_cases(mc, mc.nseg - 1);
   }
   check_validation_clean();
 }

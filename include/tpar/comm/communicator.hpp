@@ -373,7 +373,8 @@ class Communicator {
       host_need = max_of(built->host_bytes);
       scratch_need = max_of(built->scratch_bytes);
       for (std::size_t d = 0; d < size(); ++d) {
-        if (publishes_from_kernel(built->devices[d]) && built->host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
+        if (kernel_host_traffic(built->wire, built->devices[d]).to_host &&
+            built->host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
           throw Error(ErrorCode::unsupported,
                       std::string(built->algorithm) + " publishes " + std::to_string(built->host_bytes[d]) +
                           " bytes of host staging from a kernel, more than device " + std::to_string(d) +
@@ -436,9 +437,10 @@ class Communicator {
         // that publish write; plans that do not publish from a kernel get the scratch
         // there, as every binding must hold a valid buffer.
         const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0, VK_WHOLE_SIZE);
-        const bool publishes = publishes_from_kernel(plan->schedule.devices[d]) && n > 1;
+        const HostTraffic traffic = kernel_host_traffic(plan->schedule.wire, plan->schedule.devices[d]);
+        const bool publishes = traffic.to_host > 0 && n > 1;
         const std::uint64_t host_range = std::max<std::uint64_t>(plan->schedule.host_bytes[d], 4);
-        const bool reads_peers = reads_peers_in_place(plan->schedule.devices[d]);
+        const bool reads_peers = traffic.from_host > 0;
         for (std::uint32_t parity = 0; parity < depth; ++parity) {
           const vk::DescriptorBufferInfo host =
               publishes ? vk::DescriptorBufferInfo(generation_->host_buffer(d, d), generation_->slot_offset(parity), host_range)
@@ -475,24 +477,6 @@ class Communicator {
       }
     }
     return plan;
-  }
-
-  // Does any kernel of this device's schedule write its host staging (binding 2)?
-  static bool publishes_from_kernel(const DeviceSchedule& schedule) {
-    for (const auto& b : schedule.batches)
-      for (const auto& c : b.commands)
-        if (c.type == Command::Type::kernel && c.args.host_out_off != KernelArgs::no_host_out) return true;
-    return false;
-  }
-
-  // Does any kernel of this device's schedule read the peers' host staging (binding 3)?
-  static bool reads_peers_in_place(const DeviceSchedule& schedule) {
-    for (const auto& b : schedule.batches)
-      for (const auto& c : b.commands)
-        if (c.type == Command::Type::kernel && c.kernel == Kernel::oneshot &&
-            c.args.mode == static_cast<std::uint32_t>(OneShotMode::direct))
-          return true;
-    return false;
   }
 
   // Blocks (bounded) until every device finished the call that last used slot set `parity`.

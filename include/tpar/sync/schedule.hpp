@@ -9,6 +9,7 @@
 #include <tpar/detail/align.hpp>
 #include <tpar/vk/kernels.hpp>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -67,6 +68,29 @@ struct Batch {
 // The queue a batch runs on.
 inline Role queue_of(const Batch& b) { return b.on_compute_queue ? Role::compute : b.role; }
 
+// Bytes kernels move through host staging themselves, without a copy command: pack
+// publishing its piece (binding 2), OneShot's direct sum reading its peers' (binding 3).
+struct HostTraffic {
+  std::uint64_t to_host = 0, from_host = 0;
+  HostTraffic& operator+=(const HostTraffic& o) {
+    to_host += o.to_host;
+    from_host += o.from_host;
+    return *this;
+  }
+};
+
+inline HostTraffic kernel_host_traffic(Wire wire, const Command& c) {
+  HostTraffic t;
+  if (c.type != Command::Type::kernel) return t;
+  const std::uint64_t piece = wire_words(wire, c.args.count) * 4;
+  if (c.kernel == Kernel::pack && c.args.host_out_off != KernelArgs::no_host_out) t.to_host = piece;
+  if (c.kernel == Kernel::oneshot && c.args.mode == static_cast<std::uint32_t>(OneShotMode::direct)) {
+    const std::uint32_t segments = c.args.nseg >= 32 ? ~0u : (1u << c.args.nseg) - 1u;
+    t.from_host = piece * static_cast<std::uint64_t>(std::popcount(c.args.mask & segments & ~(1u << c.args.self)));
+  }
+  return t;
+}
+
 struct DeviceSchedule {
   std::vector<Batch> batches;  // a valid order for a single queue doing both roles
   std::uint32_t count(Role r) const {
@@ -75,6 +99,13 @@ struct DeviceSchedule {
     return n;
   }
 };
+
+inline HostTraffic kernel_host_traffic(Wire wire, const DeviceSchedule& s) {
+  HostTraffic t;
+  for (const auto& b : s.batches)
+    for (const auto& c : b.commands) t += kernel_host_traffic(wire, c);
+  return t;
+}
 
 struct Schedule {
   std::string_view algorithm;  // the algorithm that built it
