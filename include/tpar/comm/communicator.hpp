@@ -83,12 +83,12 @@ class Communicator {
   // that never finishes (a ready point never signalled) keeps its resources: they are
   // left allocated, and logged, rather than freed under the GPU.
   ~Communicator() {
-    if (drain(options_.timeout)) {
+    if (drain(options_.timeout) && settle(options_.timeout)) {
       release_all();
       return;
     }
     sync_->release_waiters();
-    if (drain(std::chrono::seconds(1))) {
+    if (drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
       release_all();
       return;
     }
@@ -716,6 +716,43 @@ class Communicator {
     return true;
   }
 
+  // Waits up to `timeout` until the driver is through with every batch submitted so far
+  // to the queues tpar uses: an empty submission with a fence on each, waited for. That a
+  // batch signalled is not enough before destroying the semaphores it waited on: Mesa's
+  // common queue code (lavapipe, and drivers that emulate timelines with it) releases the
+  // timeline points a batch waited on after the batch signalled, on its submit thread,
+  // writing into the semaphore; destroyed meanwhile, that was heap corruption (a SIGSEGV
+  // at the end of a test under load). Each queue's submissions are taken in order, so
+  // once the fence signals, the earlier batches (ours, and the host's that waited on our
+  // done points) are through.
+  bool settle(std::chrono::nanoseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (auto& c : ctx_) {
+      const vk::Device vkd = c.device->handle();
+      Queue* queues[2] = {&c.device->compute_queue(), &c.device->transfer_queue()};
+      for (Queue* q : std::span(queues, c.merged ? 1 : 2)) {
+        vk::Fence fence;
+        const vk::FenceCreateInfo info;
+        if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) return false;
+        if (q->submit({}, fence) != vk::Result::eSuccess) {
+          vkd.destroyFence(fence);
+          return false;
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+        if (vkd.waitForFences(1, &fence, VK_TRUE, static_cast<std::uint64_t>(std::max<std::int64_t>(left.count(), 0))) !=
+            vk::Result::eSuccess) {
+          unsettled_.push_back({vkd, fence});  // still queued: destroyed once a later fence on the queue signals
+          return false;
+        }
+        vkd.destroyFence(fence);
+      }
+    }
+    // Every queue is through, so the fences of an earlier attempt signalled too.
+    for (auto [vkd, fence] : unsettled_) vkd.destroyFence(fence);
+    unsettled_.clear();
+    return true;
+  }
+
   void release_all() {
     for (auto& p : plans_) p->destroy(ctx_);
     plans_.clear();
@@ -736,6 +773,7 @@ class Communicator {
   Options options_;
   std::shared_ptr<detail::Health> health_;
   std::vector<detail::DeviceContext> ctx_;
+  std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;
   Capacity host_capacity_, scratch_capacity_;
   std::shared_ptr<Generation> generation_;

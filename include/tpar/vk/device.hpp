@@ -48,9 +48,9 @@ class Queue {
     return f();
   }
 
-  vk::Result submit(std::span<const vk::SubmitInfo> batches) {
+  vk::Result submit(std::span<const vk::SubmitInfo> batches, vk::Fence fence = {}) {
     return locked([&] {
-      return queue_.submit(static_cast<std::uint32_t>(batches.size()), batches.data(), vk::Fence{});
+      return queue_.submit(static_cast<std::uint32_t>(batches.size()), batches.data(), fence);
     });
   }
 
