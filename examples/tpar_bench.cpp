@@ -147,6 +147,9 @@ struct LinkFigures {
   // The data path the communicator uses (copy d2h on the transfer queue, copy h2d on the
   // compute queue), every device at once, GB/s per device: the bound rows are judged by.
   double d2h_all = 0, h2d_all = 0, duplex_all = 0;
+  // The same with the copy h2d on the second transfer queue (0 where a device has none):
+  // the bound of ring calls whose downloads run there.
+  double h2d2_all = 0, duplex2_all = 0;
 };
 
 LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet) {
@@ -290,6 +293,8 @@ LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet
     if (c.paths == std::vector<Path>{Path::ce_d2h}) f.d2h_all = c.all;
     if (c.paths == std::vector<Path>{Path::ce_h2d_compute}) f.h2d_all = c.all;
     if (c.paths == std::vector<Path>{Path::ce_d2h, Path::ce_h2d_compute}) f.duplex_all = c.all;
+    if (c.paths == std::vector<Path>{Path::ce_h2d_transfer2}) f.h2d2_all = c.all;
+    if (c.paths == std::vector<Path>{Path::ce_d2h, Path::ce_h2d_transfer2}) f.duplex2_all = c.all;
   }
   for (std::size_t d = 0; d < n; ++d) {
     const vk::Device vkd = group[d].handle();
@@ -312,6 +317,7 @@ struct Config {
   std::size_t piece_bytes = 0;
   std::uint32_t lanes = 0;
   std::uint32_t max_pieces = 0;
+  tpar::DownloadQueue downloads = tpar::DownloadQueue::compute;
   bool profile = false;
   std::string profile_out;
   bool wake = false;
@@ -351,6 +357,9 @@ void print_help() {
       "  --max-pieces N        ChunkedRing: at most N pieces per chunk, each at least 1 MiB on\n"
       "                        the wire (default 4)\n"
       "  --lanes N             ChunkedRing: pieces in flight per device (default 4)\n"
+      "  --downloads Q         ChunkedRing: where downloads run: compute (in the combine's\n"
+      "                        batch, the default) or separate (batches of their own on the\n"
+      "                        second transfer queue, a second copy engine)\n"
       "  --profile             after each row, one more call with GPU timestamps around every\n"
       "                        batch: per device and queue, batches, busy time and the span\n"
       "  --profile-out PREFIX  also write every batch to PREFIX-<bytes>-<wire>-<algo>.csv\n"
@@ -421,6 +430,11 @@ Config parse(int argc, char** argv) {
       c.max_pieces = tpar_cli::parse_number<std::uint32_t>(program, a, value());
     } else if (a == "--lanes") {
       c.lanes = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+    } else if (a == "--downloads") {
+      const std::string_view v = value();
+      if (v == "compute") c.downloads = tpar::DownloadQueue::compute;
+      else if (v == "separate") c.downloads = tpar::DownloadQueue::separate;
+      else tpar_cli::usage_error(program, "--downloads takes compute or separate");
     } else if (a == "--wake") {
       c.wake = true;
     } else if (a == "--profile") {
@@ -514,6 +528,9 @@ double bound_seconds(const tpar::Schedule& s, const LinkFigures& link) {
   double worst = 0;
   for (std::size_t d = 0; d < s.devices.size(); ++d) {
     double up = 0, down = 0;
+    const bool second_engine = s.devices[d].count(tpar::Role::download) > 0 && link.duplex2_all > 0;
+    const double h2d = second_engine ? link.h2d2_all : link.h2d_all;
+    const double duplex = second_engine ? link.duplex2_all : link.duplex_all;
     for (const auto& b : s.devices[d].batches)
       for (const auto& c : b.commands) {
         const tpar::HostTraffic k = tpar::kernel_host_traffic(s.wire, c);  // kernels' own host traffic
@@ -523,7 +540,7 @@ double bound_seconds(const tpar::Schedule& s, const LinkFigures& link) {
         if (c.dst.kind == tpar::Region::Kind::host) up += double(c.bytes);
         if (c.src.kind == tpar::Region::Kind::host) down += double(c.bytes);
       }
-    const double t = std::max({up / (link.d2h_all * 1e9), down / (link.h2d_all * 1e9), (up + down) / (link.duplex_all * 1e9)});
+    const double t = std::max({up / (link.d2h_all * 1e9), down / (h2d * 1e9), (up + down) / (duplex * 1e9)});
     worst = std::max(worst, t);
   }
   return worst;
@@ -618,8 +635,13 @@ int main(int argc, char** argv) {
       options.profile = cfg.profile;
       if (cfg.lanes) options.lanes = cfg.lanes;
       if (cfg.max_pieces) options.max_pieces = cfg.max_pieces;
+      options.downloads = cfg.downloads;
       auto comm = tpar::make_communicator(group, options);
       const std::string sync_name(to_string(comm.sync_kind()));
+      if (!cfg.csv && !cfg.json && n > 1 && algo != tpar::AlgoChoice::oneshot)
+        std::printf("# ring downloads: %s\n", comm.schedule_request(1).separate_downloads
+                                                  ? "batches of their own (second transfer queue where the device has one)"
+                                                  : "in the combine's batch (compute queue)");
       for (std::size_t bytes : cfg.sizes) {
         for (const auto& wire : cfg.wires) {
           const std::size_t count = bytes / 4;
@@ -746,9 +768,9 @@ int main(int argc, char** argv) {
             const tpar::CallProfile prof = comm.profile();
             std::string line = "#   profile: span " + std::to_string(int(prof.span_us())) + " us" + (prof.aligned ? "" : " (clocks not aligned)");
             for (std::size_t d = 0; d < n; ++d) {
-              double busy[2] = {0, 0};
-              int count[2] = {0, 0};
-              double first_start[2] = {1e300, 1e300}, last_end[2] = {0, 0};
+              double busy[tpar::role_count] = {};
+              int count[tpar::role_count] = {};
+              double first_start[tpar::role_count] = {1e300, 1e300, 1e300}, last_end[tpar::role_count] = {};
               for (const auto& b : prof.devices[d]) {
                 if (std::isnan(b.start_us)) continue;
                 const int r = static_cast<int>(b.role);
@@ -762,6 +784,10 @@ int main(int argc, char** argv) {
                             d, count[0], busy[0], count[0] ? first_start[0] : 0.0, last_end[0], count[1], busy[1],
                             count[1] ? first_start[1] : 0.0, last_end[1]);
               line += buf;
+              if (count[2]) {
+                std::snprintf(buf, sizeof buf, ", download %d batches %.0f us busy [%.0f..%.0f]", count[2], busy[2], first_start[2], last_end[2]);
+                line += buf;
+              }
             }
             if (!cfg.csv && !cfg.json) std::printf("%s\n", line.c_str());
             if (prof.devices[0].size() <= 8 && !cfg.csv && !cfg.json)
@@ -777,7 +803,7 @@ int main(int argc, char** argv) {
                 for (std::size_t d = 0; d < n; ++d)
                   for (std::size_t b = 0; b < prof.devices[d].size(); ++b) {
                     const auto& t = prof.devices[d][b];
-                    std::fprintf(f, "%zu,%zu,%s,%s,%.3f,%.3f\n", d, b, t.role == tpar::Role::compute ? "compute" : "transfer",
+                    std::fprintf(f, "%zu,%zu,%s,%s,%.3f,%.3f\n", d, b, std::string(tpar::to_string(t.role)).c_str(),
                                  t.what.c_str(), t.start_us, t.end_us);
                   }
                 std::fclose(f);

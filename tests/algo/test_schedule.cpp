@@ -18,7 +18,7 @@ namespace {
 
 template <class Algo>
 void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_t contributing, std::size_t piece,
-                     std::uint32_t lanes) {
+                     std::uint32_t lanes, bool separate_downloads = false) {
   ScheduleRequest rq;
   rq.devices = n;
   rq.count = count;
@@ -28,6 +28,7 @@ void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_
   rq.min_piece_wire_bytes = 2048;  // automatic pieces (piece == 0): several even at test sizes
   rq.max_pieces = 3;
   rq.lanes = lanes;
+  rq.separate_downloads = separate_downloads;
   const Schedule s = Algo::build(rq);
   CAPTURE(n);
   CAPTURE(count);
@@ -35,6 +36,7 @@ void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_
   CAPTURE(contributing);
   CAPTURE(piece);
   CAPTURE(lanes);
+  CAPTURE(separate_downloads);
 
   // Integer inputs: exact, whatever the order.
   {
@@ -127,10 +129,12 @@ TEST_CASE("ChunkedRing: exact, identical and bounded for every size, wire, piece
       for (Wire w : all_wires)
         for (auto [piece, lanes] : {std::pair<std::size_t, std::uint32_t>{512, 1}, {1024, 2}, {4096, 4}, {1 << 20, 4}, {0, 2}}) {
           const std::uint32_t all = (1u << n) - 1;
-          check_algorithm<ChunkedRing>(n, count, w, all, piece, lanes);
-          if (count == 4096) {
-            check_algorithm<ChunkedRing>(n, count, w, all & ~1u, piece, lanes);
-            check_algorithm<ChunkedRing>(n, count, w, 0, piece, lanes);
+          for (bool separate : {false, true}) {
+            check_algorithm<ChunkedRing>(n, count, w, all, piece, lanes, separate);
+            if (count == 4096) {
+              check_algorithm<ChunkedRing>(n, count, w, all & ~1u, piece, lanes, separate);
+              check_algorithm<ChunkedRing>(n, count, w, 0, piece, lanes, separate);
+            }
           }
         }
 }
@@ -167,3 +171,51 @@ TEST_CASE("ChunkedRing pipelines: uploads of one piece precede downloads of the 
   // Scratch is bounded by the lanes, not the tensor.
   CHECK(s.scratch_bytes[0] == 2 * 4 * 4096 * 4);
 }
+
+TEST_CASE("ChunkedRing with separate downloads: each on its own queue, the combine waiting for it") {
+  ScheduleRequest rq;
+  rq.devices = 3;
+  rq.count = 48 * 1024;
+  rq.piece_elems = 4096;  // 4 pieces per chunk
+  rq.lanes = 2;
+  rq.separate_downloads = true;
+  const auto s = ChunkedRing::build(rq);
+  for (std::uint32_t d = 0; d < 3; ++d) {
+    CAPTURE(d);
+    const auto& bs = s.devices[d].batches;
+    // 4 steps of 4 pieces: one download and one combine each, plus 4 packs.
+    CHECK(s.devices[d].count(Role::download) == 4 * 4);
+    CHECK(s.devices[d].count(Role::compute) == 4 + 4 * 4);
+    std::uint32_t downloads = 0;
+    for (std::size_t b = 0; b < bs.size(); ++b) {
+      const Batch& batch = bs[b];
+      if (batch.role == Role::download) {
+        // One copy from the previous device's host staging into scratch, nothing else;
+        // only the first of the call waits for the previous call.
+        REQUIRE(batch.commands.size() == 1);
+        CHECK(batch.commands[0].type == Command::Type::copy);
+        CHECK(batch.commands[0].src.kind == Region::Kind::host);
+        CHECK(batch.commands[0].src.host_owner == (d + 2) % 3);
+        CHECK(batch.commands[0].dst.kind == Region::Kind::scratch);
+        CHECK(batch.wait_previous_compute == (downloads == 0));
+        CHECK(batch.wait_previous_call == (downloads == 0));
+        CHECK(queue_of(batch) == Role::download);
+        ++downloads;
+        continue;
+      }
+      if (batch.role == Role::transfer) continue;  // uploads, as before
+      // No compute batch copies any more; each combine waits for a download of its own device.
+      for (const auto& c : batch.commands) CHECK(c.type != Command::Type::copy);
+      bool combine = false;
+      for (const auto& c : batch.commands) combine |= c.type == Command::Type::kernel && c.kernel == Kernel::combine;
+      if (!combine) continue;
+      bool waits_download = false;
+      for (const auto& w : batch.waits) {
+        CHECK(!(w.device != d && w.role == Role::download));  // peers never wait on downloads
+        waits_download |= w.device == d && w.role == Role::download && w.index + 1 == downloads;
+      }
+      CHECK(waits_download);
+    }
+  }
+}
+

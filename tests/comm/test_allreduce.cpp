@@ -2,6 +2,7 @@
 // on: n in {1,2,3,4,5,8} x counts {0, 1, 7, n-1, 4096, 2^20+13, 12 MiB} x every wire x
 // both algorithms. Integer inputs must come out exact; random inputs bit-identical to the
 // CPU simulation of the same schedule on every device, and within the documented bound.
+// The ring runs twice: downloads in the combine's batch, and as batches of their own.
 #include <doctest/doctest.h>
 #include <tpar/comm/communicator.hpp>
 #include <tpar/sync/native_import.hpp>
@@ -31,10 +32,16 @@ void run_matrix(std::uint32_t n) {
     }
   }
   const std::set<std::size_t> counts = {0, 1, 7, n - 1, 4096, (std::size_t{1} << 20) + 13, 3 * (std::size_t{1} << 20) + 7};
-  for (AlgoChoice algo : {AlgoChoice::oneshot, AlgoChoice::ring}) {
+  // The ring both ways: downloads inside the combine's batch, and as batches of their own
+  // (a second copy engine on GPUs that have one; the same queue on lavapipe).
+  const std::pair<AlgoChoice, DownloadQueue> runs[] = {{AlgoChoice::oneshot, DownloadQueue::compute},
+                                                       {AlgoChoice::ring, DownloadQueue::compute},
+                                                       {AlgoChoice::ring, DownloadQueue::separate}};
+  for (auto [algo, downloads] : runs) {
     for (Wire wire : all_wires) {
       Options o;
       o.algo = algo;
+      o.downloads = downloads;
       o.wire = wire;
       o.timeout = test_timeout;
       o.piece_bytes = 512 * 1024;  // several pieces per chunk at the larger counts
@@ -42,6 +49,7 @@ void run_matrix(std::uint32_t n) {
       for (std::size_t count : counts) {
         CAPTURE(n);
         CAPTURE(to_string(algo));
+        CAPTURE(to_string(downloads));
         CAPTURE(to_string(wire));
         CAPTURE(count);
         Rig rig(env.group(), count);

@@ -122,6 +122,43 @@ TEST_CASE("1000 calls of varying size, several in flight: every result right, st
   CHECK(comm.staging_bytes() * 4 < peak);  // shrank once small calls were all it saw
 }
 
+TEST_CASE("ring calls with downloads as batches of their own, several in flight: every result right") {
+  // DownloadQueue::separate: on a GPU with a second transfer queue the downloads run
+  // there, next to the uploads and the combines, and reuse scratch across calls; on a
+  // one-queue device (lavapipe) they take the same path through the third timeline.
+  VkEnv env(3);
+  if (!env.ok()) return;
+  Options o = test_opts();
+  o.algo = AlgoChoice::ring;
+  o.downloads = DownloadQueue::separate;
+  o.piece_bytes = 64 * 1024;  // several pieces per chunk, so lanes are reused within a call
+  o.lanes = 2;
+  Communicator<ProxyBridge> comm(env.group(), o);
+  constexpr int in_flight = 3;
+  int checked = 0;
+  for (int call = 0; call < 24; call += in_flight) {
+    std::vector<std::unique_ptr<Rig>> rigs;
+    std::vector<std::vector<std::vector<float>>> inputs(in_flight);
+    std::vector<Ticket> tickets;
+    for (int k = 0; k < in_flight; ++k) {
+      const std::size_t count = 100000 + std::size_t(call + k) * 4099;
+      rigs.push_back(std::make_unique<Rig>(env.group(), count));
+      inputs[k] = integer_inputs(3, count, call + k);
+      rigs[k]->write(inputs[k]);
+      tickets.push_back(comm.allreduce(rigs[k]->spans()));
+    }
+    for (int k = 0; k < in_flight; ++k) {
+      tickets[k].wait();
+      const auto expect = integer_sum(inputs[k]);
+      for (const auto& r : rigs[k]->read()) REQUIRE(bit_identical(r, expect));
+      ++checked;
+    }
+  }
+  CHECK(checked == 24);
+  const auto s = BySize::build(comm.schedule_request(100000));
+  CHECK(s.devices[0].count(Role::download) > 0);
+}
+
 TEST_CASE("every call reduces the buffers it is given, also new buffers under a destroyed buffer's handle") {
   // Vulkan may hand a destroyed buffer's handle to the next buffer created; a plan that
   // kept pointing at the old one would write freed memory (on the H200 this stalled the

@@ -8,6 +8,7 @@
 #include <tpar/sync/schedule.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -87,8 +88,8 @@ inline void run_kernel(Wire w, const Command& c, std::vector<SimDevice>& devs, s
 }
 
 // Runs `s` over `inputs` (one vector per device, modified in place). `merged`: each
-// device runs all its batches on one queue (as on lavapipe); otherwise compute and
-// transfer are separate queues, each batch on queue_of(batch).
+// device runs all its batches on one queue (as on lavapipe); otherwise compute, transfer
+// and download are separate queues, each batch on queue_of(batch).
 inline void simulate(const Schedule& s, std::vector<std::vector<float>>& inputs, std::uint64_t seed, bool merged) {
   const std::size_t n = s.devices.size();
   std::vector<SimDevice> dev(n);
@@ -97,7 +98,7 @@ inline void simulate(const Schedule& s, std::vector<std::vector<float>>& inputs,
     dev[d].scratch.assign(s.scratch_bytes[d] / 4 + 1, 0xDEADBEEFu);
     dev[d].host.assign(s.host_bytes[d] / 4 + 1, 0xDEADBEEFu);
   }
-  // Queues: per device either one (merged) or two (by role); each a list of batch indices.
+  // Queues: per device either one (merged) or one per role; each a list of batch indices.
   struct Queue {
     std::size_t device;
     std::vector<std::size_t> batches;
@@ -105,17 +106,17 @@ inline void simulate(const Schedule& s, std::vector<std::vector<float>>& inputs,
   };
   std::vector<Queue> queues;
   std::vector<std::vector<std::uint32_t>> role_index(n);  // batch -> index within its role
-  std::vector<std::array<std::uint32_t, 2>> done(n, {0, 0});
+  std::vector<std::array<std::uint32_t, role_count>> done(n, {0, 0, 0});
   for (std::size_t d = 0; d < n; ++d) {
     const auto& bs = s.devices[d].batches;
-    std::array<std::uint32_t, 2> counters{0, 0};
+    std::array<std::uint32_t, role_count> counters{0, 0, 0};
     for (const auto& b : bs) role_index[d].push_back(counters[static_cast<int>(b.role)]++);
     if (merged) {
       Queue q{d, {}};
       for (std::size_t i = 0; i < bs.size(); ++i) q.batches.push_back(i);
       queues.push_back(q);
     } else {
-      for (Role r : {Role::compute, Role::transfer}) {
+      for (Role r : {Role::compute, Role::transfer, Role::download}) {
         Queue q{d, {}};
         for (std::size_t i = 0; i < bs.size(); ++i)
           if (queue_of(bs[i]) == r) q.batches.push_back(i);

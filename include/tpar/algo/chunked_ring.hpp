@@ -2,7 +2,9 @@
 // all-gather around the ring 0 -> 1 -> ... -> n-1 -> 0. The tensor is cut into n chunks
 // and each chunk into pieces; a piece travels 2(n-1) hops, each an upload by the sender
 // (transfer queue, into its host staging) and a download + combine by the receiver
-// (compute queue), so uploads of one piece overlap downloads and adds of the next.
+// (compute queue), so uploads of one piece overlap downloads and adds of the next. With
+// separate_downloads the download runs on its own queue (a second copy engine) and the
+// combine waits for it, so the device copies both ways at once on two engines.
 //
 // Chunk c starts at device c and is reduced along c, c+1, ..., c-1; its owner c-1 rounds
 // the final sum through the wire and keeps exactly what it sends, and every other device
@@ -100,8 +102,11 @@ struct ChunkedRing {
     for (std::uint32_t d = 0; d < n; ++d) {
       auto& out = s.devices[d].batches;
       const bool mine = rq.contributes(d);
-      std::uint32_t compute_index = 0;
+      std::uint32_t compute_index = 0, download_index = 0;
       std::vector<std::int64_t> lane_reader(lanes, -1);  // last upload reading each lane
+      // Separate downloads write a lane's receive region on their own queue, so each waits
+      // for whatever read that region last: a combine, and an upload forwarding it.
+      std::vector<std::int64_t> recv_combine(lanes, -1), recv_upload(lanes, -1);
 
       auto push_compute = [&](Batch b, std::uint32_t lane) {
         b.role = Role::compute;
@@ -110,6 +115,19 @@ struct ChunkedRing {
           b.waits.push_back({d, Role::transfer, static_cast<std::uint32_t>(lane_reader[lane])});
         out.push_back(std::move(b));
         return compute_index++;
+      };
+      auto push_download = [&](const BatchRef& from, std::uint64_t offset, std::uint64_t bytes, std::uint32_t lane) {
+        Batch b;
+        b.role = Role::download;
+        // The first download of a call may overwrite what the previous call's combines
+        // and uploads still read; later ones follow it on their queue.
+        if (download_index == 0) b.wait_previous_call = b.wait_previous_compute = true;
+        b.waits.push_back(from);
+        if (recv_combine[lane] >= 0) b.waits.push_back({d, Role::compute, static_cast<std::uint32_t>(recv_combine[lane])});
+        if (recv_upload[lane] >= 0) b.waits.push_back({d, Role::transfer, static_cast<std::uint32_t>(recv_upload[lane])});
+        b.commands.push_back(detail::copy_cmd(Region::host(from.device, offset), Region::scratch(recv_region(lane)), bytes));
+        out.push_back(std::move(b));
+        return download_index++;
       };
       auto push_upload = [&](std::uint32_t t, std::size_t p, std::uint32_t producer, std::uint64_t from,
                              std::uint64_t bytes, std::uint32_t lane) {
@@ -121,6 +139,7 @@ struct ChunkedRing {
         b.commands.push_back(detail::barrier_cmd(Command::Type::host_barrier));
         out.push_back(std::move(b));
         lane_reader[lane] = up.index;
+        if (from == recv_region(lane)) recv_upload[lane] = up.index;
       };
 
       // Step 0: pack this device's own chunk.
@@ -160,11 +179,17 @@ struct ChunkedRing {
           a.out_off = static_cast<std::uint32_t>(send_region(lane) / 4);
           a.mode = static_cast<std::uint32_t>(mode);
           Batch b;
-          b.waits.push_back({src, Role::transfer, in.index});
-          b.commands.push_back(detail::copy_cmd(Region::host(src, in.offset), Region::scratch(recv_region(lane)), bytes));
-          b.commands.push_back(detail::barrier_cmd());
+          if (rq.separate_downloads) {
+            const auto got = push_download({src, Role::transfer, in.index}, in.offset, bytes, lane);
+            b.waits.push_back({d, Role::download, got});
+          } else {
+            b.waits.push_back({src, Role::transfer, in.index});
+            b.commands.push_back(detail::copy_cmd(Region::host(src, in.offset), Region::scratch(recv_region(lane)), bytes));
+            b.commands.push_back(detail::barrier_cmd());
+          }
           b.commands.push_back(detail::kernel_cmd(Kernel::combine, a));
           const auto producer = push_compute(std::move(b), lane);
+          recv_combine[lane] = producer;
           if (t + 1 < steps)
             push_upload(t + 1, p, producer, reduce_step ? send_region(lane) : recv_region(lane), bytes, lane);
         }

@@ -22,6 +22,10 @@ struct ScheduleRequest {
   std::size_t min_piece_wire_bytes = std::size_t{1} << 20;
   std::uint32_t max_pieces = 4;
   std::uint32_t lanes = 4;                // ChunkedRing: pieces in flight per device
+  // ChunkedRing: each download (a peer's piece from host staging into scratch) is a batch
+  // of its own (Role::download, the device's second copy engine), the combine a compute
+  // batch waiting on it; else download and combine are one compute-queue batch.
+  bool separate_downloads = false;
   // BySize: the algorithm to use (automatic: OneShot while payload x (n-1) is at most
   // oneshot_max_bytes).
   AlgoChoice choice = AlgoChoice::automatic;

@@ -103,6 +103,7 @@ class Communicator {
     for (auto& c : ctx_) {
       (void)new Timeline(std::move(c.compute));
       (void)new Timeline(std::move(c.transfer));
+      (void)new Timeline(std::move(c.download));
       (void)new Timeline(std::move(c.shared));
     }
   }
@@ -249,6 +250,7 @@ class Communicator {
     rq.min_piece_wire_bytes = options_.min_piece_wire_bytes;
     rq.max_pieces = options_.max_pieces;
     rq.lanes = options_.lanes;
+    rq.separate_downloads = separate_downloads_;
     rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
     rq.oneshot_max_bytes = options_.oneshot_max_bytes;
     return rq;
@@ -258,7 +260,7 @@ class Communicator {
   struct Retired {
     std::unique_ptr<PlanType> plan;
     std::shared_ptr<Generation> generation;
-    std::vector<std::uint64_t> values;  // [role * n + device]
+    std::vector<std::uint64_t> values;  // [role * n + device], as slot_done_
   };
 
   void init(std::size_t n) {
@@ -270,6 +272,7 @@ class Communicator {
       const vk::Device vkd = c.device->handle();
       c.compute = Timeline(vkd);
       c.transfer = Timeline(vkd);
+      c.download = Timeline(vkd);
       if (exportable_sources()) c.shared = Timeline(vkd, true);
       c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
       (void)c.device->kernels();  // here, so a device that cannot bind them fails creation
@@ -287,7 +290,8 @@ class Communicator {
     sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources),
                                    std::min<std::chrono::nanoseconds>(options_.timeout, std::chrono::seconds(1)),
                                    [h = health_](const Error& e) { h->fail(e); });
-    slot_done_.assign(options_.depth, std::vector<std::uint64_t>(2 * n, 0));
+    slot_done_.assign(options_.depth, std::vector<std::uint64_t>(role_count * n, 0));
+    separate_downloads_ = options_.downloads == DownloadQueue::separate;
   }
 
   static constexpr bool exportable_sources() {
@@ -417,8 +421,7 @@ class Communicator {
     plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(options_.depth));
     plan->submits.resize(n);
     for (auto& s : plan->submits) s.resize(options_.depth);
-    plan->last_use[0].assign(n, 0);
-    plan->last_use[1].assign(n, 0);
+    for (auto& use : plan->last_use) use.assign(n, 0);
     try {
       for (std::size_t d = 0; d < n; ++d) {
         const vk::Device vkd = group_[d].handle();
@@ -489,9 +492,15 @@ class Communicator {
     const std::size_t n = size();
     for (std::size_t d = 0; d < n; ++d) {
       auto& c = ctx_[d];
-      if (c.completed[0] >= need[d] && c.completed[1] >= need[n + d]) continue;
-      const vk::Semaphore sems[2] = {c.compute.handle(), c.transfer.handle()};
-      const std::uint64_t values[2] = {need[d], need[n + d]};
+      vk::Semaphore sems[role_count];
+      std::uint64_t values[role_count];
+      bool reached = true;
+      for (std::size_t r = 0; r < role_count; ++r) {
+        sems[r] = c.timeline(static_cast<Role>(r)).handle();
+        values[r] = need[r * n + d];
+        reached &= c.completed[r] >= values[r];
+      }
+      if (reached) continue;
       const vk::Result r = detail::wait_all(c.device->handle(), sems, values, options_.timeout);
       if (r != vk::Result::eSuccess) {
         const Error e(r == vk::Result::eTimeout ? ErrorCode::timeout : detail::code_for(r),
@@ -502,8 +511,7 @@ class Communicator {
         sync_->release_waiters();
         throw e;
       }
-      c.completed[0] = std::max(c.completed[0], need[d]);
-      c.completed[1] = std::max(c.completed[1], need[n + d]);
+      for (std::size_t k = 0; k < role_count; ++k) c.completed[k] = std::max(c.completed[k], values[k]);
     }
   }
 
@@ -526,6 +534,9 @@ class Communicator {
             break;
           case detail::WaitRule::Kind::previous_call:
             sub.wait_values[w] = c.submitted[1];
+            break;
+          case detail::WaitRule::Kind::previous_compute:
+            sub.wait_values[w] = c.submitted[0];
             break;
           case detail::WaitRule::Kind::batch:
             sub.wait_values[w] = ctx_[rule.ref.device].submitted[static_cast<int>(rule.ref.role)] + rule.ref.index + 1;
@@ -562,14 +573,14 @@ class Communicator {
       auto& c = ctx_[d];
       const auto& sched = plan.schedule.devices[d];
       const std::uint64_t compute_base = c.submitted[0];
-      c.submitted[0] += sched.count(Role::compute);
-      c.submitted[1] += sched.count(Role::transfer);
+      for (std::size_t r = 0; r < role_count; ++r) c.submitted[r] += sched.count(static_cast<Role>(r));
       if (plan.final_compute[d] != ~0u) done[d] = {c.compute.handle(), compute_base + plan.final_compute[d] + 1};
       else if (!args.ready.empty() && args.ready[d].semaphore) done[d] = args.ready[d];
       else done[d] = {c.compute.handle(), compute_base};
+      // Every download is followed by a compute batch that waits for it, so the ticket's
+      // compute and upload points cover the downloads too.
       waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
-      slot[d] = plan.last_use[0][d] = c.submitted[0];
-      slot[n + d] = plan.last_use[1][d] = c.submitted[1];
+      for (std::size_t r = 0; r < role_count; ++r) slot[r * n + d] = plan.last_use[r][d] = c.submitted[r];
     }
     ++calls_;
     return Ticket(std::move(done), std::move(waits), health_, options_.timeout);
@@ -581,11 +592,12 @@ class Communicator {
     std::string out;
     for (std::size_t d = 0; d < ctx_.size(); ++d) {
       const auto& c = ctx_[d];
-      std::uint64_t v[2] = {0, 0};
-      (void)c.device->handle().getSemaphoreCounterValue(c.compute.handle(), &v[0]);
-      (void)c.device->handle().getSemaphoreCounterValue(c.transfer.handle(), &v[1]);
+      std::uint64_t v[role_count] = {};
+      for (std::size_t r = 0; r < role_count; ++r)
+        (void)c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v[r]);
       out += (d ? "; device " : "device ") + std::to_string(d) + " compute " + std::to_string(v[0]) + "/" +
              std::to_string(c.submitted[0]) + " uploads " + std::to_string(v[1]) + "/" + std::to_string(c.submitted[1]);
+      if (c.submitted[2]) out += " downloads " + std::to_string(v[2]) + "/" + std::to_string(c.submitted[2]);
     }
     if constexpr (requires(const Sync& s) { s.describe(); }) out += sync_->describe();
     out += pending_batches();
@@ -608,6 +620,7 @@ class Communicator {
       auto name_of = [&](vk::Semaphore s) -> std::string {
         if (s == c.compute.handle()) return "compute";
         if (s == c.transfer.handle()) return "uploads";
+        if (s == c.download.handle()) return "downloads";
         for (std::size_t j = 0; j < n; ++j)
           if (j != d && s == sync_->wait_semaphore(static_cast<std::uint32_t>(d), static_cast<std::uint32_t>(j))) {
             std::string peer = "device ";
@@ -617,8 +630,8 @@ class Communicator {
           }
         return "a ready point";
       };
-      for (int r = 0; r < 2; ++r) {
-        const vk::Semaphore own = r == 0 ? c.compute.handle() : c.transfer.handle();
+      for (std::size_t r = 0; r < role_count; ++r) {
+        const vk::Semaphore own = c.timeline(static_cast<Role>(r)).handle();
         const std::uint64_t now = value_of(own);
         const vk::SubmitInfo* first = nullptr;
         const vk::TimelineSemaphoreSubmitInfo* first_ti = nullptr;
@@ -645,7 +658,7 @@ class Communicator {
         if (!first) continue;
         out += "; device ";
         out += std::to_string(d);
-        out += r == 0 ? " compute" : " uploads";
+        out += r == 0 ? " compute" : r == 1 ? " uploads" : " downloads";
         out += " batch ";
         out += std::to_string(first_value);
         out += " waits:";
@@ -665,18 +678,16 @@ class Communicator {
 
   std::vector<std::uint64_t> submitted_values() const {
     const std::size_t n = size();
-    std::vector<std::uint64_t> v(2 * n);
-    for (std::size_t d = 0; d < n; ++d) {
-      v[d] = ctx_[d].submitted[0];
-      v[n + d] = ctx_[d].submitted[1];
-    }
+    std::vector<std::uint64_t> v(role_count * n);
+    for (std::size_t d = 0; d < n; ++d)
+      for (std::size_t r = 0; r < role_count; ++r) v[r * n + d] = ctx_[d].submitted[r];
     return v;
   }
 
   void retire_plan(std::unique_ptr<PlanType> plan) {
     if (plan.get() == last_plan_) last_plan_ = nullptr;
-    std::vector<std::uint64_t> values(plan->last_use[0]);
-    values.insert(values.end(), plan->last_use[1].begin(), plan->last_use[1].end());
+    std::vector<std::uint64_t> values;
+    for (const auto& use : plan->last_use) values.insert(values.end(), use.begin(), use.end());
     retiring_.push_back({std::move(plan), nullptr, std::move(values)});
   }
 
@@ -691,7 +702,7 @@ class Communicator {
     if (retiring_.empty()) return;
     const std::size_t n = size();
     for (auto& c : ctx_) {
-      for (int r = 0; r < 2; ++r) {
+      for (std::size_t r = 0; r < role_count; ++r) {
         std::uint64_t v = 0;
         if (c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v) == vk::Result::eSuccess)
           c.completed[r] = std::max(c.completed[r], v);
@@ -699,7 +710,8 @@ class Communicator {
     }
     retiring_.remove_if([&](Retired& r) {
       for (std::size_t d = 0; d < n; ++d)
-        if (ctx_[d].completed[0] < r.values[d] || ctx_[d].completed[1] < r.values[n + d]) return false;
+        for (std::size_t k = 0; k < role_count; ++k)
+          if (ctx_[d].completed[k] < r.values[k * n + d]) return false;
       if (r.plan) r.plan->destroy(ctx_);
       return true;
     });
@@ -709,7 +721,7 @@ class Communicator {
   bool drain(std::chrono::nanoseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (auto& c : ctx_) {
-      const vk::Semaphore sems[2] = {c.compute.handle(), c.transfer.handle()};
+      const vk::Semaphore sems[role_count] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
       if (detail::wait_all(c.device->handle(), sems, c.submitted, left) != vk::Result::eSuccess) return false;
     }
@@ -729,8 +741,9 @@ class Communicator {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (auto& c : ctx_) {
       const vk::Device vkd = c.device->handle();
-      Queue* queues[2] = {&c.device->compute_queue(), &c.device->transfer_queue()};
-      for (Queue* q : std::span(queues, c.merged ? 1 : 2)) {
+      Queue* queues[role_count] = {&c.device->compute_queue(), &c.device->transfer_queue(), &c.queue(Role::download)};
+      const std::size_t used = c.merged ? 1 : c.submitted[2] && queues[2] != queues[1] ? 3 : 2;
+      for (Queue* q : std::span(queues, used)) {
         vk::Fence fence;
         const vk::FenceCreateInfo info;
         if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) return false;
@@ -780,6 +793,7 @@ class Communicator {
   std::list<std::unique_ptr<PlanType>> plans_;  // most recently used first
   std::list<Retired> retiring_;
   std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
+  bool separate_downloads_ = false;                    // ScheduleRequest::separate_downloads
   std::uint64_t calls_ = 0;
   CallInfo last_call_;
   PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())

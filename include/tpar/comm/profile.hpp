@@ -40,6 +40,7 @@ struct CallProfile {
 // A short name for what a batch does.
 inline std::string describe(const Batch& b) {
   std::string s;
+  if (b.role == Role::download) return "download";
   if (b.role == Role::transfer) {
     // A copy engine's upload, or a kernel that writes host staging itself.
     for (const auto& c : b.commands)

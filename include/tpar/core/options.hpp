@@ -16,12 +16,26 @@ namespace tpar::inline v0 {
 
 enum class SyncChoice { automatic, native, proxy };
 enum class AlgoChoice { automatic, ring, oneshot };
+// Where ChunkedRing's downloads (host staging -> scratch) run: compute = in the combine's
+// compute-queue batch; separate = as batches of their own on the device's second transfer
+// queue (a second copy engine; the transfer queue, or the one queue, of a device without
+// one), the combine waiting for them. On H200s separate moved the ring's busbw by -13% to
+// +10% depending on size and group (docs/PERFORMANCE.md), so compute is the default.
+enum class DownloadQueue { compute, separate };
 
 constexpr std::string_view to_string(SyncChoice s) {
   switch (s) {
     case SyncChoice::automatic: return "auto";
     case SyncChoice::native: return "native";
     case SyncChoice::proxy: return "proxy";
+  }
+  return "?";
+}
+
+constexpr std::string_view to_string(DownloadQueue q) {
+  switch (q) {
+    case DownloadQueue::compute: return "compute";
+    case DownloadQueue::separate: return "separate";
   }
   return "?";
 }
@@ -56,6 +70,7 @@ struct Options {
   std::size_t min_piece_wire_bytes = std::size_t{1} << 20;
   std::uint32_t max_pieces = 4;
   std::uint32_t lanes = 4;  // pieces a device keeps in flight
+  DownloadQueue downloads = DownloadQueue::compute;
   // Calls that may be in flight at once; each has its own host staging slots.
   std::uint32_t depth = 2;
   // Bound on every wait tpar makes (a ready point, a peer, the GPU draining on destroy).

@@ -26,27 +26,34 @@ struct PlanKey {
   bool operator==(const PlanKey&) const = default;
 };
 
-// Per device: its compute and transfer timelines, and its command pools.
+// Per device: its compute, transfer and download timelines, and its command pools.
 struct DeviceContext {
   Device* device = nullptr;
-  Timeline compute, transfer;
+  Timeline compute, transfer, download;
   // NativeImport: a twin of `transfer`, exported to the peers and signalled with the same
   // values by every upload. tpar itself never waits on it: once exported, a semaphore's
   // signals can come from anywhere, so tools (and readers) cannot follow it; the internal
   // timeline stays what retirement and host waits use.
   Timeline shared;
   vk::CommandPool compute_pool, transfer_pool;  // equal when both queues share a family
-  bool merged = false;                          // one queue does both roles
-  std::uint64_t submitted[2] = {0, 0};          // last value submitted, by Role
-  std::uint64_t completed[2] = {0, 0};          // last value seen reached (a cache)
+  bool merged = false;                          // one queue does every role
+  std::uint64_t submitted[role_count] = {};     // last value submitted, by Role
+  std::uint64_t completed[role_count] = {};     // last value seen reached (a cache)
 
-  Queue& queue(Role r) { return r == Role::compute ? device->compute_queue() : device->transfer_queue(); }
-  Timeline& timeline(Role r) { return r == Role::compute ? compute : transfer; }
+  // Downloads run on the second transfer queue, or the transfer queue where the device
+  // has none (then sharing its copy engine with the uploads).
+  Queue& queue(Role r) {
+    if (r == Role::compute) return device->compute_queue();
+    if (r == Role::download && device->second_transfer_queue()) return *device->second_transfer_queue();
+    return device->transfer_queue();
+  }
+  Timeline& timeline(Role r) { return r == Role::compute ? compute : r == Role::transfer ? transfer : download; }
+  const Timeline& timeline(Role r) const { return r == Role::compute ? compute : r == Role::transfer ? transfer : download; }
   vk::CommandPool pool(Role r) const { return r == Role::compute ? compute_pool : transfer_pool; }
 };
 
 struct WaitRule {
-  enum class Kind : std::uint8_t { ready, previous_call, batch };
+  enum class Kind : std::uint8_t { ready, previous_call, previous_compute, batch };
   Kind kind = Kind::batch;
   BatchRef ref;
 };
@@ -54,7 +61,7 @@ struct WaitRule {
 // Everything one device submits for one plan and parity.
 struct DeviceSubmit {
   struct Group {
-    Role role = Role::compute;  // the queue (merged: compute); its batches' queue_of()
+    Role role = Role::compute;  // the queue (merged: compute): ctx.queue(role)
     std::vector<vk::SubmitInfo> infos;
     std::vector<vk::TimelineSemaphoreSubmitInfo> timeline_infos;
   };
@@ -82,7 +89,7 @@ struct Plan {
   std::vector<std::vector<DeviceSubmit>> submits;    // [device][parity]
   std::vector<std::uint32_t> final_compute;          // by device: index of its last compute batch (or ~0)
   std::vector<std::vector<std::uint32_t>> kernel_batches;  // by device: the batches that bind the descriptor set
-  std::vector<std::uint64_t> last_use[2];            // by role, by device: values after its last call
+  std::vector<std::uint64_t> last_use[role_count];   // by role, by device: values after its last call
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -213,7 +220,7 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
 
   // Submit structures: count first, so the vectors never reallocate under the pointers.
   std::size_t waits = 0;
-  for (const Batch& b : batches) waits += b.waits.size() + b.wait_ready + b.wait_previous_call;
+  for (const Batch& b : batches) waits += b.waits.size() + b.wait_ready + b.wait_previous_call + b.wait_previous_compute;
   sub.wait_semaphores.assign(waits, nullptr);
   sub.wait_stages.assign(waits, vk::PipelineStageFlagBits::eAllCommands);
   sub.wait_values.assign(waits, 0);
@@ -222,24 +229,25 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
   sub.signal_semaphores.assign(2 * batches.size(), nullptr);
   sub.signal_values.assign(2 * batches.size(), 0);
   sub.signal_rules.assign(2 * batches.size(), {});
+  // One group (one vkQueueSubmit) per queue the batches use, in schedule order within it.
   sub.groups.clear();
-  if (c.merged) {
-    sub.groups.resize(1);
-  } else {
-    sub.groups.resize(2);
-    sub.groups[0].role = Role::transfer;
-    sub.groups[1].role = Role::compute;
+  std::vector<std::size_t> group_of(batches.size());
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    const Role r = c.merged ? Role::compute : queue_of(batches[b]);
+    std::size_t g = 0;
+    while (g < sub.groups.size() && &c.queue(sub.groups[g].role) != &c.queue(r)) ++g;
+    if (g == sub.groups.size()) sub.groups.emplace_back().role = r;
+    group_of[b] = g;
   }
-  for (auto& g : sub.groups) {
-    std::size_t k = 0;
-    for (const Batch& b : batches) k += c.merged || queue_of(b) == g.role;
-    g.infos.resize(k);
-    g.timeline_infos.resize(k);
+  for (std::size_t g = 0; g < sub.groups.size(); ++g) {
+    const auto k = static_cast<std::size_t>(std::count(group_of.begin(), group_of.end(), g));
+    sub.groups[g].infos.resize(k);
+    sub.groups[g].timeline_infos.resize(k);
   }
   sub.expects.clear();
-  std::uint32_t role_index[2] = {0, 0};
+  std::uint32_t role_index[role_count] = {};
   std::size_t w = 0;
-  std::size_t next_in_group[2] = {0, 0};
+  std::vector<std::size_t> next_in_group(sub.groups.size(), 0);
   for (std::size_t b = 0; b < batches.size(); ++b) {
     const Batch& batch = batches[b];
     const std::size_t first_wait = w;
@@ -250,6 +258,11 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     if (batch.wait_previous_call) {
       sub.wait_rules[w] = {WaitRule::Kind::previous_call, {}};
       sub.wait_semaphores[w] = c.transfer.handle();
+      ++w;
+    }
+    if (batch.wait_previous_compute) {
+      sub.wait_rules[w] = {WaitRule::Kind::previous_compute, {}};
+      sub.wait_semaphores[w] = c.compute.handle();
       ++w;
     }
     for (const BatchRef& ref : batch.waits) {
@@ -271,7 +284,7 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
       sub.signal_rules[2 * b + 1] = {batch.role, role_index[r]};
     }
     ++role_index[r];
-    const std::size_t gi = c.merged ? 0 : (queue_of(batch) == Role::transfer ? 0 : 1);
+    const std::size_t gi = group_of[b];
     auto& group = sub.groups[gi];
     const std::size_t k = next_in_group[gi]++;
     auto& ti = group.timeline_infos[k];

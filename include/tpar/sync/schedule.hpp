@@ -17,7 +17,16 @@
 
 namespace tpar::inline v0 {
 
-enum class Role : std::uint8_t { compute = 0, transfer = 1 };
+// What a batch's completion means, and so which of its device's timelines it signals:
+// compute = results on the device; transfer = an upload, data in host staging that peers
+// wait on; download = a peer's piece copied into scratch, for a later compute batch of the
+// same device (peers never wait on it).
+enum class Role : std::uint8_t { compute = 0, transfer = 1, download = 2 };
+inline constexpr std::size_t role_count = 3;
+
+constexpr std::string_view to_string(Role r) {
+  return r == Role::compute ? "compute" : r == Role::transfer ? "transfer" : "download";
+}
 
 // Memory a copy touches: the device's scratch, or one source device's host staging
 // (offsets within that device's slot set for the current call).
@@ -53,8 +62,9 @@ struct BatchRef {
 };
 
 struct Batch {
-  // The timeline the batch signals, and so what it means to waiters: compute batches end
-  // in results on the device, transfer batches in data in host staging that peers wait on.
+  // The timeline the batch signals, and the queue it runs on: compute, the transfer queue,
+  // or for downloads the device's second transfer queue (its own copy engine; the
+  // transfer queue where a device has none, and the one queue of a device that has one).
   Role role = Role::compute;
   // A transfer batch whose kernels write host staging themselves runs on the compute
   // queue (no copy engine, no hop between queues), still signalling the uploads timeline.
@@ -63,6 +73,8 @@ struct Batch {
   std::vector<BatchRef> waits;       // same device, or a peer's transfer batches
   bool wait_ready = false;           // the caller's ready point for this device
   bool wait_previous_call = false;   // all transfers of this device's previous call (scratch reuse)
+  bool wait_previous_compute = false;  // all compute batches of this device's previous call (a
+                                       // download's scratch reuse: the combines that read it)
 };
 
 // The queue a batch runs on.
