@@ -51,6 +51,30 @@ struct TestTimeline {
   }
 };
 
+// Issues one call per count on buffers of its own, all in flight at once, then waits for
+// each and checks it exactly (integer inputs, seeds seed, seed + 1, ...); returns how many
+// it checked.
+int run_in_flight(VkEnv& env, Communicator<ProxyBridge>& comm, const std::vector<std::size_t>& counts, std::uint64_t seed) {
+  const std::size_t n = env.group().size();
+  std::vector<std::unique_ptr<Rig>> rigs;
+  std::vector<std::vector<std::vector<float>>> inputs;
+  std::vector<Ticket> tickets;
+  for (std::size_t k = 0; k < counts.size(); ++k) {
+    rigs.push_back(std::make_unique<Rig>(env.group(), counts[k]));
+    inputs.push_back(integer_inputs(n, counts[k], seed + k));
+    rigs.back()->write(inputs.back());
+    tickets.push_back(comm.allreduce(rigs.back()->spans()));
+  }
+  int checked = 0;
+  for (std::size_t k = 0; k < counts.size(); ++k) {
+    tickets[k].wait();
+    const auto expect = integer_sum(inputs[k]);
+    for (const auto& r : rigs[k]->read()) REQUIRE(bit_identical(r, expect));
+    ++checked;
+  }
+  return checked;
+}
+
 }  // namespace
 
 TEST_CASE("devices that contribute nothing count as zeros and still receive the sum") {
@@ -89,29 +113,14 @@ TEST_CASE("1000 calls of varying size, several in flight: every result right, st
   Communicator<ProxyBridge> comm(env.group(), o);
   constexpr int in_flight = 4;
   const std::size_t small = 4096, medium = 70000, large = 1 << 20;
-  std::vector<std::unique_ptr<Rig>> rigs;
-  std::vector<std::vector<std::vector<float>>> inputs(in_flight);
-  std::vector<std::size_t> counts(in_flight);
   std::uint64_t peak = 0, after_large = 0;
   int checked = 0;
   for (int call = 0; call < 1000; call += in_flight) {
-    std::vector<Ticket> tickets;
-    rigs.clear();
-    for (int k = 0; k < in_flight; ++k) {
-      const int i = call + k;
+    std::vector<std::size_t> counts;
+    for (int i = call; i < call + in_flight; ++i)
       // Mostly decode-sized, a medium one now and then, a large burst at 100..107.
-      counts[k] = (i >= 100 && i < 108) ? large : (i % 37 == 0 ? medium : small + (i % 5) * 513);
-      rigs.push_back(std::make_unique<Rig>(env.group(), counts[k]));
-      inputs[k] = integer_inputs(3, counts[k], i);
-      rigs[k]->write(inputs[k]);
-      tickets.push_back(comm.allreduce(rigs[k]->spans()));
-    }
-    for (int k = 0; k < in_flight; ++k) {
-      tickets[k].wait();
-      const auto expect = integer_sum(inputs[k]);
-      for (const auto& r : rigs[k]->read()) REQUIRE(bit_identical(r, expect));
-      ++checked;
-    }
+      counts.push_back((i >= 100 && i < 108) ? large : (i % 37 == 0 ? medium : small + (i % 5) * 513));
+    checked += run_in_flight(env, comm, counts, static_cast<std::uint64_t>(call));
     peak = std::max(peak, comm.staging_bytes());
     if (call == 108) after_large = comm.staging_bytes();
   }
@@ -134,25 +143,11 @@ TEST_CASE("ring calls with downloads as batches of their own, several in flight:
   o.piece_bytes = 64 * 1024;  // several pieces per chunk, so lanes are reused within a call
   o.lanes = 2;
   Communicator<ProxyBridge> comm(env.group(), o);
-  constexpr int in_flight = 3;
   int checked = 0;
-  for (int call = 0; call < 24; call += in_flight) {
-    std::vector<std::unique_ptr<Rig>> rigs;
-    std::vector<std::vector<std::vector<float>>> inputs(in_flight);
-    std::vector<Ticket> tickets;
-    for (int k = 0; k < in_flight; ++k) {
-      const std::size_t count = 100000 + std::size_t(call + k) * 4099;
-      rigs.push_back(std::make_unique<Rig>(env.group(), count));
-      inputs[k] = integer_inputs(3, count, call + k);
-      rigs[k]->write(inputs[k]);
-      tickets.push_back(comm.allreduce(rigs[k]->spans()));
-    }
-    for (int k = 0; k < in_flight; ++k) {
-      tickets[k].wait();
-      const auto expect = integer_sum(inputs[k]);
-      for (const auto& r : rigs[k]->read()) REQUIRE(bit_identical(r, expect));
-      ++checked;
-    }
+  for (int call = 0; call < 24; call += 3) {
+    std::vector<std::size_t> counts;
+    for (int i = call; i < call + 3; ++i) counts.push_back(100000 + std::size_t(i) * 4099);
+    checked += run_in_flight(env, comm, counts, static_cast<std::uint64_t>(call));
   }
   CHECK(checked == 24);
   const auto s = BySize::build(comm.schedule_request(100000));
