@@ -321,6 +321,7 @@ struct Config {
   bool profile = false;
   std::string profile_out;
   bool wake = false;
+  bool submit_cost = false;
   tpar::GroupOptions group;
   bool explicit_devices = false;
 };
@@ -351,6 +352,8 @@ void print_help() {
       "  --link-only           only measure the host-staging bandwidth\n"
       "  --wake                only measure how late a host thread blocked in vkWaitSemaphores\n"
       "                        wakes after the GPU signals (what ProxyBridge pays per hop)\n"
+      "  --submit-cost         only measure the host CPU of vkQueueSubmit on device 0 by\n"
+      "                        batches per submission (-n: batches per row, default 4096)\n"
       "  --link-bytes SIZE     bytes per link copy (default 256M)\n"
       "  --piece-bytes SIZE    ChunkedRing: fixed f32 payload per pipelined piece (default:\n"
       "                        automatic, see --max-pieces)\n"
@@ -437,6 +440,8 @@ Config parse(int argc, char** argv) {
       else tpar_cli::usage_error(program, "--downloads takes compute or separate");
     } else if (a == "--wake") {
       c.wake = true;
+    } else if (a == "--submit-cost") {
+      c.submit_cost = true;
     } else if (a == "--profile") {
       c.profile = true;
     } else if (a == "--profile-out") {
@@ -516,6 +521,63 @@ void measure_wake(tpar::DeviceGroup& group, int trials) {
   vkd.destroyCommandPool(pool);
 }
 
+// Host CPU of vkQueueSubmit on device 0's compute queue, by batches per submission: each
+// batch one tiny command buffer that waits on a timeline (already signalled) and signals
+// another, as tpar's batches do. Says how much of a submission's cost is per call of
+// vkQueueSubmit and how much per batch, i.e. what several calls per submission would save.
+void measure_submit(tpar::DeviceGroup& group, int batches_total) {
+  auto& dev = group[0];
+  const vk::Device vkd = dev.handle();
+  vk::CommandPool pool;
+  vk::CommandPoolCreateInfo pi({}, dev.compute_queue().family());
+  vk_check(vkd.createCommandPool(&pi, nullptr, &pool), "vkCreateCommandPool");
+  vk::CommandBuffer cb;
+  vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
+  vk_check(vkd.allocateCommandBuffers(&ai, &cb), "vkAllocateCommandBuffers");
+  vk::CommandBufferBeginInfo bi(vk::CommandBufferUsageFlagBits::eSimultaneousUse);
+  vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
+  const vk::MemoryBarrier full(vk::AccessFlagBits::eShaderWrite, vk::AccessFlagBits::eShaderRead);
+  cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader, vk::PipelineStageFlagBits::eComputeShader, {}, 1, &full, 0, nullptr, 0,
+                     nullptr);
+  vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb)), "vkEndCommandBuffer");
+  tpar::Timeline ready(vkd), done(vkd);
+  const vk::SemaphoreSignalInfo go(ready.handle(), 1);
+  vk_check(vkd.signalSemaphore(&go), "vkSignalSemaphore");
+  const vk::Semaphore ready_sem = ready.handle(), done_sem = done.handle();
+  const std::uint64_t one = 1;
+  const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
+  std::uint64_t value = 0;
+  std::printf("# vkQueueSubmit host CPU, device 0 (%s), compute queue, %d batches per row;\n"
+              "# a batch = one command buffer, one timeline wait, one timeline signal\n",
+              dev.capabilities().name.c_str(), batches_total);
+  std::printf("# %8s %14s %12s\n", "batches", "us per submit", "us per batch");
+  for (int per : {1, 2, 4, 8, 16}) {
+    std::vector<std::uint64_t> values(per);
+    std::vector<vk::TimelineSemaphoreSubmitInfo> tis(per);
+    std::vector<vk::SubmitInfo> infos(per);
+    double cpu_ns = 0;
+    int submits = 0;
+    for (int done_batches = 0; done_batches < batches_total; done_batches += per) {
+      for (int k = 0; k < per; ++k) {
+        values[k] = ++value;
+        tis[k] = vk::TimelineSemaphoreSubmitInfo(1, &one, 1, &values[k]);
+        infos[k] = vk::SubmitInfo(1, &ready_sem, &stage, 1, &cb, 1, &done_sem, &tis[k]);
+      }
+      timespec t0{}, t1{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+      vk_check(dev.compute_queue().submit(infos), "vkQueueSubmit");
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+      cpu_ns += double(t1.tv_sec - t0.tv_sec) * 1e9 + double(t1.tv_nsec - t0.tv_nsec);
+      ++submits;
+      if (submits % 16 == 0)  // keep the queue short; not timed
+        vk_check(tpar::detail::wait_all(vkd, std::span(&done_sem, 1), std::span(&value, 1), std::chrono::seconds(10)), "vkWaitSemaphores");
+    }
+    vk_check(tpar::detail::wait_all(vkd, std::span(&done_sem, 1), std::span(&value, 1), std::chrono::seconds(10)), "vkWaitSemaphores");
+    std::printf("  %8d %14.2f %12.2f\n", per, cpu_ns / 1e3 / submits, cpu_ns / 1e3 / (double(submits) * per));
+  }
+  vkd.destroyCommandPool(pool);
+}
+
 struct Row {
   std::size_t bytes, count;
   std::string wire, algo, sync;
@@ -574,6 +636,10 @@ int main(int argc, char** argv) {
 
     if (cfg.wake) {
       measure_wake(group, cfg.iters ? cfg.iters : 300);
+      return 0;
+    }
+    if (cfg.submit_cost) {
+      measure_submit(group, cfg.iters ? cfg.iters : 4096);
       return 0;
     }
     std::optional<LinkFigures> link;
