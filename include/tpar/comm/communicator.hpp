@@ -250,7 +250,7 @@ class Communicator {
     rq.min_piece_wire_bytes = options_.min_piece_wire_bytes;
     rq.max_pieces = options_.max_pieces;
     rq.lanes = options_.lanes;
-    rq.separate_downloads = separate_downloads_;
+    rq.separate_downloads = options_.downloads == DownloadQueue::separate;
     rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
     rq.oneshot_max_bytes = options_.oneshot_max_bytes;
     return rq;
@@ -291,7 +291,6 @@ class Communicator {
                                    std::min<std::chrono::nanoseconds>(options_.timeout, std::chrono::seconds(1)),
                                    [h = health_](const Error& e) { h->fail(e); });
     slot_done_.assign(options_.depth, std::vector<std::uint64_t>(role_count * n, 0));
-    separate_downloads_ = options_.downloads == DownloadQueue::separate;
   }
 
   static constexpr bool exportable_sources() {
@@ -471,8 +470,10 @@ class Communicator {
     }
     plan->final_compute.assign(n, ~0u);
     plan->kernel_batches.assign(n, {});
+    plan->role_counts.assign(n, {});
     for (std::size_t d = 0; d < n; ++d) {
       const auto& batches = plan->schedule.devices[d].batches;
+      for (std::size_t r = 0; r < role_count; ++r) plan->role_counts[d][r] = plan->schedule.devices[d].count(static_cast<Role>(r));
       std::uint32_t k = 0;
       for (std::size_t b = 0; b < batches.size(); ++b) {
         if (batches[b].role == Role::compute) plan->final_compute[d] = k++;
@@ -573,9 +574,8 @@ class Communicator {
     auto& slot = slot_done_[parity];
     for (std::size_t d = 0; d < n; ++d) {
       auto& c = ctx_[d];
-      const auto& sched = plan.schedule.devices[d];
       const std::uint64_t compute_base = c.submitted[0];
-      for (std::size_t r = 0; r < role_count; ++r) c.submitted[r] += sched.count(static_cast<Role>(r));
+      for (std::size_t r = 0; r < role_count; ++r) c.submitted[r] += plan.role_counts[d][r];
       if (plan.final_compute[d] != ~0u) done[d] = {c.compute.handle(), compute_base + plan.final_compute[d] + 1};
       else if (!args.ready.empty() && args.ready[d].semaphore) done[d] = args.ready[d];
       else done[d] = {c.compute.handle(), compute_base};
@@ -795,7 +795,6 @@ class Communicator {
   std::list<std::unique_ptr<PlanType>> plans_;  // most recently used first
   std::list<Retired> retiring_;
   std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
-  bool separate_downloads_ = false;                    // ScheduleRequest::separate_downloads
   std::uint64_t calls_ = 0;
   CallInfo last_call_;
   PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())

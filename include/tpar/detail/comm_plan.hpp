@@ -88,6 +88,7 @@ struct Plan {
   std::vector<std::vector<vk::DescriptorSet>> descriptor_sets;  // [device][parity]: binding 0 is the call's buffer
   std::vector<std::vector<DeviceSubmit>> submits;    // [device][parity]
   std::vector<std::uint32_t> final_compute;          // by device: index of its last compute batch (or ~0)
+  std::vector<std::array<std::uint32_t, role_count>> role_counts;  // by device: its batches of each role
   std::vector<std::vector<std::uint32_t>> kernel_batches;  // by device: the batches that bind the descriptor set
   std::vector<std::uint64_t> last_use[role_count];   // by role, by device: values after its last call
 
