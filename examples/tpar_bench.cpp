@@ -318,6 +318,8 @@ struct Config {
   std::uint32_t lanes = 0;
   std::uint32_t max_pieces = 0;
   tpar::DownloadQueue downloads = tpar::DownloadQueue::compute;
+  std::uint32_t defer = 1;  // calls per submission in the timed loop
+  std::uint32_t depth = 0;  // 0: tpar's default, or 2 x defer (at most 8) with --defer
   bool profile = false;
   std::string profile_out;
   bool wake = false;
@@ -363,6 +365,11 @@ void print_help() {
       "  --downloads Q         ChunkedRing: where downloads run: compute (in the combine's\n"
       "                        batch, the default) or separate (batches of their own on the\n"
       "                        second transfer queue, a second copy engine)\n"
+      "  --defer K             timed calls go K to a submission: K calls with\n"
+      "                        AllreduceArgs::defer, then flush() (default 1: each call\n"
+      "                        submits itself)\n"
+      "  --depth D             calls in flight, each with its own staging slots (default 2,\n"
+      "                        or 2K up to 8 with --defer K)\n"
       "  --profile             after each row, one more call with GPU timestamps around every\n"
       "                        batch: per device and queue, batches, busy time and the span\n"
       "  --profile-out PREFIX  also write every batch to PREFIX-<bytes>-<wire>-<algo>.csv\n"
@@ -438,6 +445,12 @@ Config parse(int argc, char** argv) {
       if (v == "compute") c.downloads = tpar::DownloadQueue::compute;
       else if (v == "separate") c.downloads = tpar::DownloadQueue::separate;
       else tpar_cli::usage_error(program, "--downloads takes compute or separate");
+    } else if (a == "--defer") {
+      c.defer = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+      if (c.defer < 1 || c.defer > 8) tpar_cli::usage_error(program, "--defer takes 1 to 8 calls per submission");
+    } else if (a == "--depth") {
+      c.depth = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+      if (c.depth < 1 || c.depth > 8) tpar_cli::usage_error(program, "--depth takes 1 to 8");
     } else if (a == "--wake") {
       c.wake = true;
     } else if (a == "--submit-cost") {
@@ -702,12 +715,15 @@ int main(int argc, char** argv) {
       if (cfg.lanes) options.lanes = cfg.lanes;
       if (cfg.max_pieces) options.max_pieces = cfg.max_pieces;
       options.downloads = cfg.downloads;
+      options.depth = cfg.depth ? cfg.depth : cfg.defer > 1 ? std::min<std::uint32_t>(8, 2 * cfg.defer) : options.depth;
       auto comm = tpar::make_communicator(group, options);
       const std::string sync_name(to_string(comm.sync_kind()));
       if (!cfg.csv && !cfg.json && n > 1 && algo != tpar::AlgoChoice::oneshot)
         std::printf("# ring downloads: %s\n", comm.schedule_request(1).separate_downloads
                                                   ? "batches of their own (second transfer queue where the device has one)"
                                                   : "in the combine's batch (compute queue)");
+      if (!cfg.csv && !cfg.json && cfg.defer > 1)
+        std::printf("# timed calls: %u per submission (deferred, then flushed), depth %u\n", cfg.defer, options.depth);
       for (std::size_t bytes : cfg.sizes) {
         for (const auto& wire : cfg.wires) {
           const std::size_t count = bytes / 4;
@@ -719,6 +735,8 @@ int main(int argc, char** argv) {
           for (auto& r : rigs) spans.push_back({r->data->buffer, 0, count, r->data->size});
           tpar::AllreduceArgs args;
           args.wire = wire;
+          tpar::AllreduceArgs timed = args;
+          timed.defer = cfg.defer > 1;
 
           // Inputs for timing: magnitudes near 2^-100, so that a batch of back-to-back
           // calls (each multiplying by n) stays within range; restored between batches.
@@ -748,7 +766,11 @@ int main(int argc, char** argv) {
             const double c0 = cpu_seconds();
             const auto t0 = Clock::now();
             tpar::Ticket last;
-            for (int i = 0; i < k; ++i) last = comm.allreduce(spans, args);
+            for (int i = 0; i < k; ++i) {
+              last = comm.allreduce(spans, timed);
+              if ((i + 1) % cfg.defer == 0) comm.flush();
+            }
+            comm.flush();  // the rest of a group: counted as the calls' CPU, not as the wait's
             // The bench's own host wait is not tpar's work (some drivers spin in it).
             const double w0 = thread_cpu_seconds();
             last.wait();

@@ -457,6 +457,14 @@ tpar_result tpar_comm_status(const tpar_comm* comm) noexcept {
 
 // ---- AllReduce and tickets ---------------------------------------------------------
 
+tpar_result tpar_comm_flush(tpar_comm* comm) noexcept {
+  using namespace tpar::detail::c_api;
+  return guard(__func__, [&] {
+    comm_of(comm);
+    comm->comm->flush();
+  });
+}
+
 tpar_result tpar_allreduce(tpar_comm* comm, const tpar_buffer_span* spans, uint32_t span_count,
                                   const tpar_allreduce_args* args, tpar_ticket** out_ticket) noexcept {
   using namespace tpar::detail::c_api;
@@ -479,6 +487,11 @@ tpar_result tpar_allreduce(tpar_comm* comm, const tpar_buffer_span* spans, uint3
     std::unique_ptr<bool[]> contributes;
     if (args) {
       require_zero(args->reserved, "args");
+      if (args->reserved32) invalid("args->reserved32 must be 0");
+      if (args->flags & ~std::uint32_t{TPAR_ALLREDUCE_DEFER})
+        invalid("args->flags has unknown bits set (" + std::to_string(args->flags & ~std::uint32_t{TPAR_ALLREDUCE_DEFER}) +
+                "); the known flag is TPAR_ALLREDUCE_DEFER");
+      a.defer = (args->flags & TPAR_ALLREDUCE_DEFER) != 0;
       if (!args->ready != !args->ready_count)
         invalid(args->ready ? "args->ready is set but args->ready_count is 0"
                             : "args->ready is NULL but args->ready_count is " + std::to_string(args->ready_count));

@@ -352,10 +352,24 @@ typedef struct tpar_allreduce_args {
                                        zeros (whatever it holds) and still gets the result */
   uint32_t contributes_count;       /* 0 with contributes NULL */
   tpar_wire wire;                   /* TPAR_WIRE_AUTO: the communicator's choice */
-  uint64_t reserved[4];             /* zero */
+  uint32_t flags;                   /* TPAR_ALLREDUCE_* bits; 0 = none */
+  uint32_t reserved32;              /* zero */
+  uint64_t reserved[3];             /* zero */
 } tpar_allreduce_args;
 
+/* Hold the call's work back until tpar_comm_flush (or until tpar must submit it: a later
+ * call without the flag, a wait on its ticket, more calls deferred than the depth,
+ * destruction), so that back-to-back calls reach each queue in one vkQueueSubmit -- the
+ * driver's cost per submission is most of a small call's host CPU. Submit work that waits
+ * on the ticket's done points after the flush: queued ahead of tpar's batches on the same
+ * queue, it would wait forever. */
+#define TPAR_ALLREDUCE_DEFER 0x1u
+
 typedef struct tpar_ticket tpar_ticket;
+
+/* Submits every deferred call (TPAR_ALLREDUCE_DEFER), in call order. No deferred call:
+ * a no-op. */
+tpar_result tpar_comm_flush(tpar_comm* comm) TPAR_NOEXCEPT;
 
 /* Sums the spans (one per device, in group order, the same count everywhere) into every
  * span. Returns once the work is enqueued; *out_ticket (free it with tpar_ticket_free)

@@ -733,6 +733,36 @@ static int test_created(int n) {
     CHECK(OK(tpar_comm_get_info(ring, &info)) && strcmp(info.last_algorithm, "ring") == 0 && info.last_wire == TPAR_WIRE_F32);
   }
 
+  section("allreduce: deferred calls, submitted by a flush or by a wait");
+  for (int d = 0; d < n; ++d) fill(&bufs[d], d, off, SMALL, 0);
+  make_spans(spans, bufs, n, off, SMALL);
+  memset(&args, 0, sizeof args);
+  args.flags = TPAR_ALLREDUCE_DEFER;
+  if (OK(tpar_allreduce(comm, spans, (uint32_t)n, &args, &t))) {
+    CHECK(OK(tpar_ticket_ready(t, &ready)) && ready == 0);
+    CHECK(inputs_intact(bufs, n, off, SMALL, 0)); /* held back: nothing ran */
+    CHECK(OK(tpar_comm_flush(comm)));
+    CHECK(OK(tpar_ticket_wait(t, TPAR_TIMEOUT_DEFAULT)));
+    CHECK(check_sums(bufs, n, off, SMALL, 0, NULL));
+  }
+  tpar_ticket_free(t);
+  t = NULL;
+  for (int d = 0; d < n; ++d) fill(&bufs[d], d, off, SMALL, 0);
+  if (OK(tpar_allreduce(comm, spans, (uint32_t)n, &args, &t))) {
+    CHECK(OK(tpar_ticket_wait(t, TPAR_TIMEOUT_DEFAULT))); /* submits it */
+    CHECK(check_sums(bufs, n, off, SMALL, 0, NULL));
+  }
+  tpar_ticket_free(t);
+  t = NULL;
+  CHECK(OK(tpar_comm_flush(comm))); /* nothing deferred: a no-op */
+  FAILS(tpar_comm_flush(NULL), TPAR_ERROR_INVALID_ARGUMENT);
+  args.flags = 0x2u;
+  FAILS(tpar_allreduce(comm, spans, (uint32_t)n, &args, &t), TPAR_ERROR_INVALID_ARGUMENT);
+  CHECK(t == NULL);
+  args.flags = 0;
+  args.reserved32 = 1;
+  FAILS(tpar_allreduce(comm, spans, (uint32_t)n, &args, &t), TPAR_ERROR_INVALID_ARGUMENT);
+
   section("bad input: refused, nothing changed");
   for (int d = 0; d < n; ++d) fill(&bufs[d], d, off, SMALL, 0);
   make_spans(spans, bufs, n, off, SMALL);

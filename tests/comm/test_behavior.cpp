@@ -54,7 +54,8 @@ struct TestTimeline {
 // Issues one call per count on buffers of its own, all in flight at once, then waits for
 // each and checks it exactly (integer inputs, seeds seed, seed + 1, ...); returns how many
 // it checked.
-int run_in_flight(VkEnv& env, Communicator<ProxyBridge>& comm, const std::vector<std::size_t>& counts, std::uint64_t seed) {
+int run_in_flight(VkEnv& env, Communicator<ProxyBridge>& comm, const std::vector<std::size_t>& counts, std::uint64_t seed,
+                  bool defer = false) {
   const std::size_t n = env.group().size();
   std::vector<std::unique_ptr<Rig>> rigs;
   std::vector<std::vector<std::vector<float>>> inputs;
@@ -63,7 +64,8 @@ int run_in_flight(VkEnv& env, Communicator<ProxyBridge>& comm, const std::vector
     rigs.push_back(std::make_unique<Rig>(env.group(), counts[k]));
     inputs.push_back(integer_inputs(n, counts[k], seed + k));
     rigs.back()->write(inputs.back());
-    tickets.push_back(comm.allreduce(rigs.back()->spans()));
+    tickets.push_back(comm.allreduce(rigs.back()->spans(), {.defer = defer}));
+    if (defer) REQUIRE(comm.deferred() <= comm.options().depth);
   }
   int checked = 0;
   for (std::size_t k = 0; k < counts.size(); ++k) {
@@ -152,6 +154,101 @@ TEST_CASE("ring calls with downloads as batches of their own, several in flight:
   CHECK(checked == 24);
   const auto s = BySize::build(comm.schedule_request(100000));
   CHECK(s.devices[0].count(Role::download) > 0);
+}
+
+TEST_CASE("deferred calls: held back until flushed, then every result right") {
+  VkEnv env(3);
+  if (!env.ok()) return;
+  for (AlgoChoice algo : {AlgoChoice::oneshot, AlgoChoice::ring}) {
+    CAPTURE(to_string(algo));
+    Options o = test_opts();
+    o.algo = algo;
+    o.depth = 4;
+    o.piece_bytes = 64 * 1024;
+    Communicator<ProxyBridge> comm(env.group(), o);
+    // Back to back in place on one buffer (each call's input is the last one's sum) and,
+    // between them, a call of another size: two plans in one flush.
+    Rig a(env.group(), 70000), b(env.group(), 9000);
+    const auto xa = integer_inputs(3, 70000, 21), xb = integer_inputs(3, 9000, 22);
+    a.write(xa);
+    b.write(xb);
+    Ticket t1 = comm.allreduce(a.spans(), {.defer = true});
+    Ticket tb = comm.allreduce(b.spans(), {.defer = true});
+    Ticket t2 = comm.allreduce(a.spans(), {.defer = true});
+    CHECK(comm.deferred() == 3);
+    CHECK_FALSE(t1.submitted());
+    CHECK_FALSE(t2.ready());
+    std::this_thread::sleep_for(20ms);
+    CHECK(a.read()[0] == xa[0]);  // nothing ran
+    comm.flush();
+    CHECK(comm.deferred() == 0);
+    CHECK(t1.submitted());
+    t2.wait();
+    tb.wait();
+    auto expect = integer_sum(xa);
+    for (float& v : expect) v *= 3.0f;  // the second call sums three copies of the first's result
+    for (const auto& r : a.read()) REQUIRE(bit_identical(r, expect));
+    for (const auto& r : b.read()) REQUIRE(bit_identical(r, integer_sum(xb)));
+    comm.flush();  // nothing deferred: a no-op
+  }
+}
+
+TEST_CASE("deferred calls are submitted by a wait on one, a call not deferred, a slot set needed again, destruction") {
+  VkEnv env(3);
+  if (!env.ok()) return;
+  Options o = test_opts();
+  o.depth = 2;
+  {
+    // A wait on the second of two deferred calls submits both.
+    Communicator<ProxyBridge> comm(env.group(), o);
+    Rig r1(env.group(), 5000), r2(env.group(), 5000);
+    const auto x1 = integer_inputs(3, 5000, 31), x2 = integer_inputs(3, 5000, 32);
+    r1.write(x1);
+    r2.write(x2);
+    Ticket t1 = comm.allreduce(r1.spans(), {.defer = true});
+    Ticket t2 = comm.allreduce(r2.spans(), {.defer = true});
+    t2.wait();
+    CHECK(comm.deferred() == 0);
+    CHECK(t1.ready());
+    for (const auto& r : r1.read()) REQUIRE(bit_identical(r, integer_sum(x1)));
+    for (const auto& r : r2.read()) REQUIRE(bit_identical(r, integer_sum(x2)));
+    // A call that is not deferred goes after the deferred one, in one submission.
+    r1.write(x1);
+    r2.write(x2);
+    (void)comm.allreduce(r1.spans(), {.defer = true});
+    CHECK(comm.deferred() == 1);
+    comm.allreduce(r2.spans()).wait();
+    CHECK(comm.deferred() == 0);
+    for (const auto& r : r1.read()) REQUIRE(bit_identical(r, integer_sum(x1)));
+    // A refused call leaves the deferred ones as they were.
+    r1.write(x1);
+    (void)comm.allreduce(r1.spans(), {.defer = true});
+    const std::vector<BufferSpan> too_few(r1.spans().begin(), r1.spans().end() - 1);
+    CHECK_THROWS_AS(comm.allreduce(too_few, {.defer = true}), Error);
+    CHECK(comm.deferred() == 1);
+    comm.flush();
+    comm.allreduce(r2.spans()).wait();
+    for (const auto& r : r1.read()) REQUIRE(bit_identical(r, integer_sum(x1)));
+  }
+  {
+    // Ten deferred calls with depth 2: from the third on, a call needs a slot set that
+    // only a deferred call frees, so tpar submits those then; none waits forever.
+    Communicator<ProxyBridge> comm(env.group(), o);
+    std::vector<std::size_t> counts;
+    for (int i = 0; i < 10; ++i) counts.push_back(3000 + std::size_t(i) * 1001);
+    CHECK(run_in_flight(env, comm, counts, 40, true) == 10);
+  }
+  {
+    // Destroying the communicator submits what it held back.
+    Rig r(env.group(), 7000);
+    const auto x = integer_inputs(3, 7000, 33);
+    r.write(x);
+    {
+      Communicator<ProxyBridge> comm(env.group(), o);
+      (void)comm.allreduce(r.spans(), {.defer = true});
+    }
+    for (const auto& v : r.read()) REQUIRE(bit_identical(v, integer_sum(x)));
+  }
 }
 
 TEST_CASE("every call reduces the buffers it is given, also new buffers under a destroyed buffer's handle") {
@@ -296,57 +393,62 @@ TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
 TEST_CASE("done points order the caller's own GPU work after the sum, with no host wait") {
   VkEnv env(2);
   if (!env.ok()) return;
-  Communicator<ProxyBridge> comm(env.group(), test_opts());
-  const std::size_t count = 300000;
-  Rig rig(env.group(), count);
-  const auto x = integer_inputs(2, count, 8);
-  rig.write(x);
-  std::vector<std::unique_ptr<TestBuffer>> copies;
-  std::vector<std::unique_ptr<TestTimeline>> mine;
-  std::vector<TimelinePoint> ready;
-  for (int d = 0; d < 2; ++d) {
-    mine.push_back(std::make_unique<TestTimeline>(env.group()[d].handle()));
-    ready.push_back({mine[d]->semaphore, 1});
+  // Deferred: the same once flushed, the ready point still ahead.
+  for (bool defer : {false, true}) {
+    CAPTURE(defer);
+    Communicator<ProxyBridge> comm(env.group(), test_opts());
+    const std::size_t count = 300000;
+    Rig rig(env.group(), count);
+    const auto x = integer_inputs(2, count, 8);
+    rig.write(x);
+    std::vector<std::unique_ptr<TestBuffer>> copies;
+    std::vector<std::unique_ptr<TestTimeline>> mine;
+    std::vector<TimelinePoint> ready;
+    for (int d = 0; d < 2; ++d) {
+      mine.push_back(std::make_unique<TestTimeline>(env.group()[d].handle()));
+      ready.push_back({mine[d]->semaphore, 1});
+    }
+    // The caller's "previous layer" finishes later than allreduce is called.
+    Ticket t = comm.allreduce(rig.spans(), {.ready = ready, .defer = defer});
+    if (defer) comm.flush();
+    std::vector<std::pair<vk::Device, vk::CommandPool>> pools;
+    for (int d = 0; d < 2; ++d) {
+      auto& dev = env.group()[d];
+      copies.push_back(std::make_unique<TestBuffer>(dev, count * 4));
+      vk::CommandPool pool;
+      vk::CommandPoolCreateInfo pi({}, dev.compute_queue().family());
+      REQUIRE(dev.handle().createCommandPool(&pi, nullptr, &pool) == vk::Result::eSuccess);
+      vk::CommandBuffer cb;
+      vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
+      REQUIRE(dev.handle().allocateCommandBuffers(&ai, &cb) == vk::Result::eSuccess);
+      vk::CommandBufferBeginInfo bi;
+      REQUIRE(cb.begin(&bi) == vk::Result::eSuccess);
+      const vk::BufferCopy region(256, 0, count * 4);
+      cb.copyBuffer(rig.buffer(d).handle(), copies[d]->handle(), 1, &region);
+      const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
+      cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0, nullptr, 0, nullptr);
+      REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb) == VK_SUCCESS);
+      // Wait on tpar's done point, signal our own timeline to 2.
+      const vk::Semaphore wait_sem = t.done(d).semaphore, signal_sem = mine[d]->semaphore;
+      const std::uint64_t wait_value = t.done(d).value, signal_value = 2;
+      const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
+      vk::TimelineSemaphoreSubmitInfo ti(1, &wait_value, 1, &signal_value);
+      vk::SubmitInfo si(1, &wait_sem, &stage, 1, &cb, 1, &signal_sem, &ti);
+      REQUIRE(dev.compute_queue().submit(std::span(&si, 1)) == vk::Result::eSuccess);
+      pools.emplace_back(dev.handle(), pool);
+    }
+    for (int d = 0; d < 2; ++d) mine[d]->signal(1);  // the "previous layer" is done now
+    for (int d = 0; d < 2; ++d) {
+      const vk::Semaphore sem = mine[d]->semaphore;
+      const std::uint64_t two = 2;
+      REQUIRE(detail::wait_all(env.group()[d].handle(), std::span(&sem, 1), std::span(&two, 1), test_timeout) ==
+              vk::Result::eSuccess);
+    }
+    for (auto [dev, pool] : pools) dev.destroyCommandPool(pool);
+    const auto expect = integer_sum(x);
+    for (int d = 0; d < 2; ++d) CHECK(bit_identical(copies[d]->read(0, count), expect));
+    t.wait();
   }
-  // The caller's "previous layer" finishes later than allreduce is called.
-  Ticket t = comm.allreduce(rig.spans(), {.ready = ready});
-  std::vector<std::pair<vk::Device, vk::CommandPool>> pools;
-  for (int d = 0; d < 2; ++d) {
-    auto& dev = env.group()[d];
-    copies.push_back(std::make_unique<TestBuffer>(dev, count * 4));
-    vk::CommandPool pool;
-    vk::CommandPoolCreateInfo pi({}, dev.compute_queue().family());
-    REQUIRE(dev.handle().createCommandPool(&pi, nullptr, &pool) == vk::Result::eSuccess);
-    vk::CommandBuffer cb;
-    vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
-    REQUIRE(dev.handle().allocateCommandBuffers(&ai, &cb) == vk::Result::eSuccess);
-    vk::CommandBufferBeginInfo bi;
-    REQUIRE(cb.begin(&bi) == vk::Result::eSuccess);
-    const vk::BufferCopy region(256, 0, count * 4);
-    cb.copyBuffer(rig.buffer(d).handle(), copies[d]->handle(), 1, &region);
-    const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
-    cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0, nullptr, 0, nullptr);
-    REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb) == VK_SUCCESS);
-    // Wait on tpar's done point, signal our own timeline to 2.
-    const vk::Semaphore wait_sem = t.done(d).semaphore, signal_sem = mine[d]->semaphore;
-    const std::uint64_t wait_value = t.done(d).value, signal_value = 2;
-    const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
-    vk::TimelineSemaphoreSubmitInfo ti(1, &wait_value, 1, &signal_value);
-    vk::SubmitInfo si(1, &wait_sem, &stage, 1, &cb, 1, &signal_sem, &ti);
-    REQUIRE(dev.compute_queue().submit(std::span(&si, 1)) == vk::Result::eSuccess);
-    pools.emplace_back(dev.handle(), pool);
-  }
-  for (int d = 0; d < 2; ++d) mine[d]->signal(1);  // the "previous layer" is done now
-  for (int d = 0; d < 2; ++d) {
-    const vk::Semaphore sem = mine[d]->semaphore;
-    const std::uint64_t two = 2;
-    REQUIRE(detail::wait_all(env.group()[d].handle(), std::span(&sem, 1), std::span(&two, 1), test_timeout) ==
-            vk::Result::eSuccess);
-  }
-  for (auto [dev, pool] : pools) dev.destroyCommandPool(pool);
-  const auto expect = integer_sum(x);
-  for (int d = 0; d < 2; ++d) CHECK(bit_identical(copies[d]->read(0, count), expect));
-  t.wait();
 }
 
 TEST_CASE("the runtime-selected communicator follows TPAR_SYNC, TPAR_ALGO and TPAR_WIRE") {

@@ -21,6 +21,9 @@ class AnyCommunicator {
   Ticket allreduce(std::initializer_list<BufferSpan> spans, const AllreduceArgs& args = {}) {
     return impl_->allreduce(std::span<const BufferSpan>(spans.begin(), spans.size()), args);
   }
+  // Submits the deferred calls (AllreduceArgs::defer); see Communicator::flush.
+  void flush() { impl_->flush(); }
+  std::size_t deferred() const { return impl_->deferred(); }
   std::size_t size() const { return impl_->size(); }
   SyncKind sync_kind() const { return impl_->sync_kind(); }
   const Options& options() const { return impl_->options(); }
@@ -44,6 +47,8 @@ class AnyCommunicator {
   struct Interface {
     virtual ~Interface() = default;
     virtual Ticket allreduce(std::span<const BufferSpan>, const AllreduceArgs&) = 0;
+    virtual void flush() = 0;
+    virtual std::size_t deferred() const = 0;
     virtual std::size_t size() const = 0;
     virtual SyncKind sync_kind() const = 0;
     virtual const Options& options() const = 0;
@@ -57,6 +62,8 @@ class AnyCommunicator {
   struct Model final : Interface {
     Model(DeviceGroup group, const Options& options) : comm(std::move(group), options) {}
     Ticket allreduce(std::span<const BufferSpan> s, const AllreduceArgs& a) override { return comm.allreduce(s, a); }
+    void flush() override { comm.flush(); }
+    std::size_t deferred() const override { return comm.deferred(); }
     std::size_t size() const override { return comm.size(); }
     SyncKind sync_kind() const override { return Sync::kind; }
     const Options& options() const override { return comm.options(); }

@@ -40,6 +40,14 @@ struct AllreduceArgs {
   std::span<const bool> contributes;
   // Overrides the communicator's wire choice for this call.
   std::optional<Wire> wire;
+  // Hold the call's work back until flush() (or until tpar must submit it: a later call
+  // that is not deferred, a host wait on its ticket, a slot set needed again,
+  // destruction), so that back-to-back calls reach each queue in one vkQueueSubmit: the
+  // driver's cost per submission is most of a small call's host CPU. At most
+  // Options::depth calls are held. Work of the caller's that waits on the ticket's done
+  // points is submitted after the flush (queued ahead of tpar's batches on the same queue,
+  // it would wait forever).
+  bool defer = false;
 };
 
 // What one call did, for reports (tpar-bench, logs).
@@ -56,7 +64,10 @@ class Communicator {
   static constexpr std::size_t max_plans = 64;
 
   explicit Communicator(DeviceGroup group, Options options = {})
-      : group_(std::move(group)), options_(options), health_(std::make_shared<detail::Health>()) {
+      : group_(std::move(group)),
+        options_(options),
+        health_(std::make_shared<detail::Health>()),
+        deferral_(std::make_shared<detail::Deferral>()) {
     if (options_.depth < 1 || options_.depth > 8)
       throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 1 to 8");
     if (options_.lanes < 1 || options_.lanes > 64)
@@ -83,6 +94,13 @@ class Communicator {
   // that never finishes (a ready point never signalled) keeps its resources: they are
   // left allocated, and logged, rather than freed under the GPU.
   ~Communicator() {
+    // Deferred work still runs: GPU submissions of the host may wait on its done points.
+    try {
+      flush();
+    } catch (const Error& e) {
+      log(LogLevel::error, std::string("submitting deferred calls on destruction: ") + e.what());
+    }
+    deferral_->owner = nullptr;
     if (drain(options_.timeout) && settle(options_.timeout)) {
       release_all();
       return;
@@ -130,6 +148,7 @@ class Communicator {
     CallProfile out;
     out.devices.resize(size());
     if (!last_plan_) return out;
+    flush();
     if (!drain(options_.timeout)) throw Error(ErrorCode::timeout, "profile(): the last call did not finish within the timeout");
     PlanType& plan = *last_plan_;
     const std::size_t n = size();
@@ -236,6 +255,30 @@ class Communicator {
     return allreduce(std::span<const BufferSpan>(spans.begin(), spans.size()), args);
   }
 
+  // Submits every deferred call, in call order: per device and queue, one vkQueueSubmit
+  // for all of them. A no-op when none waits.
+  void flush() {
+    if (pending_.empty()) return;
+    const std::size_t n = size();
+    try {
+      for (std::size_t d = 0; d < n; ++d) submit_pending(d);
+    } catch (...) {
+      pending_.clear();  // the communicator failed; its tickets report that
+      throw;
+    }
+    // Only now tell the sync policy what the queues wait for, so that no value is
+    // signalled to a device before its wait on that value was submitted.
+    for (const auto& p : pending_)
+      for (std::size_t d = 0; d < n; ++d)
+        for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
+          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
+    pending_.clear();
+    deferral_->submitted_calls.store(calls_, std::memory_order_release);
+  }
+
+  // Calls deferred and not yet submitted.
+  std::size_t deferred() const { return pending_.size(); }
+
   // The request a call of `count` values (wire override, contributing mask) schedules:
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
@@ -287,6 +330,10 @@ class Communicator {
       }
       sources[d] = exportable_sources() ? c.shared.handle() : c.transfer.handle();
     }
+    deferral_->owner = this;
+    deferral_->flush = [](void* self) { static_cast<Communicator*>(self)->flush(); };
+    gather_.resize(n);
+    pending_.reserve(options_.depth);
     sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources),
                                    std::min<std::chrono::nanoseconds>(options_.timeout, std::chrono::seconds(1)),
                                    [h = health_](const Error& e) { h->fail(e); });
@@ -346,7 +393,7 @@ class Communicator {
       else done[d] = {c.compute.handle(), c.submitted[0]};
       waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
     }
-    return Ticket(std::move(done), std::move(waits), health_, options_.timeout);
+    return Ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
   }
 
   static detail::PlanKey key_for(const ScheduleRequest& rq) {
@@ -491,6 +538,13 @@ class Communicator {
 
   void wait_values(const std::vector<std::uint64_t>& need, const std::string& what) {
     const std::size_t n = size();
+    // A value that only a deferred call signals: submit them first.
+    for (std::size_t d = 0; d < n && !pending_.empty(); ++d)
+      for (std::size_t r = 0; r < role_count; ++r)
+        if (need[r * n + d] > ctx_[d].queued[r]) {
+          flush();
+          break;
+        }
     for (std::size_t d = 0; d < n; ++d) {
       auto& c = ctx_[d];
       // Only the timelines not yet seen there (the download timeline of a plan without
@@ -550,25 +604,8 @@ class Communicator {
         if (sub.signal_semaphores[s])
           sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;
     }
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& sub = plan.submits[d][parity];
-      auto& c = ctx_[d];
-      for (auto& g : sub.groups) {
-        if (g.infos.empty()) continue;
-        const vk::Result r = c.queue(g.role).submit(g.infos);
-        if (r != vk::Result::eSuccess) {
-          const Error e(detail::code_for(r), "vkQueueSubmit on device " + std::to_string(d) + ": " + vk::to_string(r), r);
-          health_->fail(e);
-          sync_->release_waiters();
-          throw e;
-        }
-      }
-    }
-    // Only now tell the sync policy what the queues wait for, so that no value is
-    // signalled to a device before its wait on that value was submitted.
-    for (std::size_t d = 0; d < n; ++d)
-      for (const auto& [src, index] : plan.submits[d][parity].expects)
-        sync_->expect(static_cast<std::uint32_t>(d), src, ctx_[src].submitted[1] + index + 1);
+    for (std::size_t d = 0; d < n; ++d) plan.submits[d][parity].transfer_base = ctx_[d].submitted[1];
+    pending_.push_back({&plan, parity});
     std::vector<TimelinePoint> done(n);
     std::vector<Ticket::DeviceWait> waits(n);
     auto& slot = slot_done_[parity];
@@ -585,7 +622,43 @@ class Communicator {
       for (std::size_t r = 0; r < role_count; ++r) slot[r * n + d] = plan.last_use[r][d] = c.submitted[r];
     }
     ++calls_;
-    return Ticket(std::move(done), std::move(waits), health_, options_.timeout);
+    Ticket ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
+    if (!args.defer) flush();
+    return ticket;
+  }
+
+  // Hands device d's share of the deferred calls to its queues: one vkQueueSubmit per
+  // queue, the batches in call order (a queue takes its batches in submission order, so a
+  // later call's batch must never go ahead of an earlier one's on the same queue).
+  void submit_pending(std::size_t d) {
+    auto& c = ctx_[d];
+    auto submit_to = [&](Queue& q, std::span<const vk::SubmitInfo> infos) {
+      if (infos.empty()) return;
+      const vk::Result r = q.submit(infos);
+      if (r != vk::Result::eSuccess) {
+        const Error e(detail::code_for(r), "vkQueueSubmit on device " + std::to_string(d) + ": " + vk::to_string(r), r);
+        health_->fail(e);
+        sync_->release_waiters();
+        throw e;
+      }
+    };
+    if (pending_.size() == 1) {
+      for (const auto& g : pending_[0].plan->submits[d][pending_[0].parity].groups) submit_to(c.queue(g.role), g.infos);
+    } else {
+      Queue* queues[role_count] = {};
+      std::size_t used = 0;
+      for (auto& infos : gather_[d]) infos.clear();
+      for (const auto& p : pending_)
+        for (const auto& g : p.plan->submits[d][p.parity].groups) {
+          Queue* q = &c.queue(g.role);
+          std::size_t k = 0;
+          while (k < used && queues[k] != q) ++k;
+          if (k == used) queues[used++] = q;
+          gather_[d][k].insert(gather_[d][k].end(), g.infos.begin(), g.infos.end());
+        }
+      for (std::size_t k = 0; k < used; ++k) submit_to(*queues[k], gather_[d][k]);
+    }
+    std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
   }
 
   // Each device's timelines against what was submitted, and the sync policy's state:
@@ -725,7 +798,7 @@ class Communicator {
     for (auto& c : ctx_) {
       const vk::Semaphore sems[role_count] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-      if (detail::wait_all(c.device->handle(), sems, c.submitted, left) != vk::Result::eSuccess) return false;
+      if (detail::wait_all(c.device->handle(), sems, c.queued, left) != vk::Result::eSuccess) return false;
     }
     return true;
   }
@@ -787,6 +860,13 @@ class Communicator {
   DeviceGroup group_;
   Options options_;
   std::shared_ptr<detail::Health> health_;
+  std::shared_ptr<detail::Deferral> deferral_;  // shared with the tickets
+  struct Pending {
+    PlanType* plan;
+    std::uint32_t parity;
+  };
+  std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
+  std::vector<std::array<std::vector<vk::SubmitInfo>, role_count>> gather_;  // by device, queue: flush()'s batches
   std::vector<detail::DeviceContext> ctx_;
   std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;

@@ -6,6 +6,7 @@
 #include <tpar/core/timeline_point.hpp>
 #include <tpar/sync/timeline.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,16 @@ class Health {
   std::optional<Error> error_;
 };
 
+// A communicator's deferred calls (AllreduceArgs::defer), shared with its tickets: how
+// many of its calls were handed to the queues, and how to hand over the rest before a
+// host waits on them. `owner` is cleared when the communicator goes (having submitted
+// what it could).
+struct Deferral {
+  std::atomic<std::uint64_t> submitted_calls{0};
+  void* owner = nullptr;
+  void (*flush)(void* owner) = nullptr;
+};
+
 }  // namespace detail
 
 class Ticket {
@@ -46,16 +57,28 @@ class Ticket {
 
   Ticket() = default;
   Ticket(std::vector<TimelinePoint> done, std::vector<DeviceWait> waits, std::shared_ptr<detail::Health> health,
-         std::chrono::nanoseconds default_timeout)
-      : done_(std::move(done)), waits_(std::move(waits)), health_(std::move(health)), timeout_(default_timeout) {}
+         std::chrono::nanoseconds default_timeout, std::shared_ptr<detail::Deferral> deferral = nullptr, std::uint64_t call = 0)
+      : done_(std::move(done)),
+        waits_(std::move(waits)),
+        health_(std::move(health)),
+        deferral_(std::move(deferral)),
+        call_(call),
+        timeout_(default_timeout) {}
 
   // Per device: the result is in its buffer once this point is reached. Valid while the
-  // communicator that returned the ticket lives.
+  // communicator that returned the ticket lives. A deferred call's points are reached
+  // only after the communicator's flush(): submit work that waits on them after that, as
+  // a batch queued ahead of tpar's on the same queue would wait forever (a queue starts its
+  // batches in submission order).
   const std::vector<TimelinePoint>& done() const { return done_; }
   const TimelinePoint& done(std::size_t device) const { return done_.at(device); }
 
+  // False while the call is deferred (not yet submitted).
+  bool submitted() const { return !deferral_ || deferral_->submitted_calls.load(std::memory_order_acquire) >= call_; }
+
   // True when every device finished this call (and everything tpar queued before it).
   bool ready() const {
+    if (!submitted()) return false;
     for (const auto& w : waits_)
       for (int i = 0; i < 2; ++i) {
         std::uint64_t v = 0;
@@ -67,8 +90,17 @@ class Ticket {
 
   // Blocks until the call finished on every device, at most `timeout` (default: the
   // communicator's). Throws Error(timeout) or Error(device_lost); either leaves the
-  // communicator failed.
+  // communicator failed. A deferred call is submitted first (with every call deferred
+  // before it): that is a use of the communicator, so from the thread that uses it.
   void wait(std::optional<std::chrono::nanoseconds> timeout = std::nullopt) const {
+    if (!submitted()) {
+      if (deferral_->owner) deferral_->flush(deferral_->owner);
+      if (!submitted()) {
+        if (health_)
+          if (auto e = health_->error()) throw *e;
+        throw Error(ErrorCode::failed, "this deferred allreduce was never submitted (its communicator is gone)");
+      }
+    }
     const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(timeout_);
     for (std::size_t d = 0; d < waits_.size(); ++d) {
       const auto& w = waits_[d];
@@ -94,6 +126,8 @@ class Ticket {
   std::vector<TimelinePoint> done_;
   std::vector<DeviceWait> waits_;
   std::shared_ptr<detail::Health> health_;
+  std::shared_ptr<detail::Deferral> deferral_;
+  std::uint64_t call_ = 0;  // the communicator's call count after this call
   std::chrono::nanoseconds timeout_{std::chrono::seconds(10)};
 };
 

@@ -37,7 +37,8 @@ struct DeviceContext {
   Timeline shared;
   vk::CommandPool compute_pool, transfer_pool;  // equal when both queues share a family
   bool merged = false;                          // one queue does every role
-  std::uint64_t submitted[role_count] = {};     // last value submitted, by Role
+  std::uint64_t submitted[role_count] = {};     // last value given to a batch, by Role
+  std::uint64_t queued[role_count] = {};        // last value handed to the queues (deferred calls aside)
   std::uint64_t completed[role_count] = {};     // last value seen reached (a cache)
 
   // Downloads run on the second transfer queue, or the transfer queue where the device
@@ -75,6 +76,7 @@ struct DeviceSubmit {
   std::vector<std::uint64_t> signal_values;
   std::vector<std::pair<Role, std::uint32_t>> signal_rules;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> expects;  // (source device, transfer index), in order
+  std::uint64_t transfer_base = 0;  // the device's uploads timeline before this plan and parity's latest call
   vk::QueryPool timestamps;  // profiling: start and end of every batch
   bool recorded = false;
 };
