@@ -346,7 +346,8 @@ void print_help() {
       "Runs:\n"
       "  -n, --iters N         timed calls per size (default: 200 up to 1M, 40 up to 16M, 10 above)\n"
       "  -w, --warmup N        untimed calls first (default 5)\n"
-      "  -r, --repeat R        time R runs of N calls and report the median run (default 1)\n"
+      "  -r, --repeat R        time R runs of N calls; report each figure's median over the\n"
+      "                        runs (default 1)\n"
       "  --wire W              auto, f32, bf16, f16 or all (default auto)\n"
       "  --algo A              auto, ring, oneshot or all (default auto)\n"
       "  --sync S              auto, native or proxy (default auto)\n"
@@ -757,10 +758,9 @@ int main(int argc, char** argv) {
           for (int i = 0; i < cfg.warmup; ++i) comm.allreduce(spans, args).wait();
           restore();
           const int iters = cfg.iters ? cfg.iters : bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 40 : 10;
-          std::vector<double> runs;
-          double cpu = 0;
+          std::vector<double> runs, cpus;
           for (int rep = 0; rep < cfg.repeat; ++rep) {
-          double seconds = 0;
+          double seconds = 0, cpu = 0;
           for (int done = 0; done < iters;) {
             const int k = std::min(batch, iters - done);
             const double c0 = cpu_seconds();
@@ -781,11 +781,14 @@ int main(int argc, char** argv) {
             if (done < iters) restore();
           }
           runs.push_back(seconds);
+          cpus.push_back(cpu);
           restore();
           }
+          // Medians: a run disturbed by something else on the host moves neither figure.
           std::sort(runs.begin(), runs.end());
+          std::sort(cpus.begin(), cpus.end());
           const double seconds = runs[runs.size() / 2];
-          cpu /= cfg.repeat;
+          const double cpu = cpus[cpus.size() / 2];
           const auto info = comm.last_call();
 
           // Correctness: integers must be exact everywhere; random data within the bound.
