@@ -517,10 +517,15 @@ class Communicator {
     }
     plan->final_compute.assign(n, ~0u);
     plan->kernel_batches.assign(n, {});
+    plan->sole_queue.assign(n, nullptr);
     plan->role_counts.assign(n, {});
     for (std::size_t d = 0; d < n; ++d) {
       const auto& batches = plan->schedule.devices[d].batches;
       for (std::size_t r = 0; r < role_count; ++r) plan->role_counts[d][r] = plan->schedule.devices[d].count(static_cast<Role>(r));
+      auto& c = ctx_[d];
+      auto queue_for = [&](const Batch& b) -> const Queue* { return &c.queue(c.merged ? Role::compute : queue_of(b)); };
+      if (!batches.empty() && std::all_of(batches.begin(), batches.end(), [&](const Batch& b) { return queue_for(b) == queue_for(batches[0]); }))
+        plan->sole_queue[d] = queue_for(batches[0]);
       std::uint32_t k = 0;
       for (std::size_t b = 0; b < batches.size(); ++b) {
         if (batches[b].role == Role::compute) plan->final_compute[d] = k++;
@@ -587,29 +592,49 @@ class Communicator {
     for (std::size_t d = 0; d < n; ++d) {
       auto& sub = plan.submits[d][parity];
       auto& c = ctx_[d];
-      for (std::size_t w = 0; w < sub.wait_rules.size(); ++w) {
-        const auto& rule = sub.wait_rules[w];
-        switch (rule.kind) {
-          case detail::WaitRule::Kind::ready:
-            if (!args.ready.empty() && args.ready[d].semaphore) {
-              sub.wait_semaphores[w] = args.ready[d].semaphore;
-              sub.wait_values[w] = args.ready[d].value;
-            } else {
-              sub.wait_semaphores[w] = c.compute.handle();
-              sub.wait_values[w] = c.submitted[0];
-            }
-            break;
-          case detail::WaitRule::Kind::previous_call:
-            sub.wait_values[w] = c.submitted[1];
-            break;
-          case detail::WaitRule::Kind::previous_compute:
-            sub.wait_values[w] = c.submitted[0];
-            break;
-          case detail::WaitRule::Kind::batch:
-            sub.wait_values[w] = ctx_[rule.ref.device].submitted[static_cast<int>(rule.ref.role)] + rule.ref.index + 1;
-            break;
+      // Waits on the device's own timelines are left out where this call and the last run
+      // all their batches on one queue, the same: each batch starts with a full barrier,
+      // which orders it after everything submitted to that queue before it. A driver's
+      // vkQueueSubmit costs more per wait (docs/PERFORMANCE.md).
+      const Queue* sole = plan.sole_queue[d];
+      const bool first_call = std::all_of(std::begin(c.submitted), std::end(c.submitted), [](auto v) { return v == 0; });
+      const bool own_ordered = sole && (c.sole_queue == sole || first_call);
+      for (auto& bw : sub.batch_waits) {
+        std::uint32_t k = bw.first;
+        for (std::uint32_t w = bw.first; w < bw.first + bw.count; ++w) {
+          const auto& rule = sub.wait_rules[w];
+          vk::Semaphore semaphore = rule.semaphore;
+          std::uint64_t value = 0;
+          switch (rule.kind) {
+            case detail::WaitRule::Kind::ready:
+              if (!args.ready.empty() && args.ready[d].semaphore) {
+                semaphore = args.ready[d].semaphore;
+                value = args.ready[d].value;
+              } else {
+                if (own_ordered) continue;
+                semaphore = c.compute.handle();
+                value = c.submitted[0];
+              }
+              break;
+            case detail::WaitRule::Kind::previous_call:
+              if (own_ordered) continue;
+              value = c.submitted[1];
+              break;
+            case detail::WaitRule::Kind::previous_compute:
+              if (own_ordered) continue;
+              value = c.submitted[0];
+              break;
+            case detail::WaitRule::Kind::batch:
+              if (rule.own && sole) continue;  // an earlier batch of this call, on the same queue
+              value = ctx_[rule.ref.device].submitted[static_cast<int>(rule.ref.role)] + rule.ref.index + 1;
+              break;
+          }
+          sub.wait_semaphores[k] = semaphore;
+          sub.wait_values[k++] = value;
         }
+        bw.info->waitSemaphoreCount = bw.timeline_info->waitSemaphoreValueCount = k - bw.first;
       }
+      c.sole_queue = sole;
       for (std::size_t s = 0; s < sub.signal_rules.size(); ++s)
         if (sub.signal_semaphores[s])
           sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;

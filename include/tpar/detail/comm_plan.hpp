@@ -39,6 +39,10 @@ struct DeviceContext {
   bool merged = false;                          // one queue does every role
   std::uint64_t submitted[role_count] = {};     // last value given to a batch, by Role
   std::uint64_t queued[role_count] = {};        // last value handed to the queues (deferred calls aside)
+  // The one queue every batch of the last call ran on (null: several, or no call yet):
+  // then a call whose batches all run there too orders itself after it by submission
+  // order, with no wait on this device's own timelines.
+  const Queue* sole_queue = nullptr;
   std::uint64_t completed[role_count] = {};     // last value seen reached (a cache)
 
   // Downloads run on the second transfer queue, or the transfer queue where the device
@@ -57,6 +61,10 @@ struct WaitRule {
   enum class Kind : std::uint8_t { ready, previous_call, previous_compute, batch };
   Kind kind = Kind::batch;
   BatchRef ref;
+  vk::Semaphore semaphore;  // all but `ready` (the caller's point, or the compute timeline)
+  // On one of this device's own timelines: not needed where every batch involved runs on
+  // the batch's own queue (submission order and the batch's leading barrier order it).
+  bool own = false;
 };
 
 // Everything one device submits for one plan and parity.
@@ -72,6 +80,14 @@ struct DeviceSubmit {
   std::vector<vk::PipelineStageFlags> wait_stages;
   std::vector<std::uint64_t> wait_values;
   std::vector<WaitRule> wait_rules;
+  // Per batch: its rules, wait_rules[first, first + count), and the submit structures whose
+  // wait counts each call sets (the waits a call needs are packed at the front).
+  struct BatchWaits {
+    std::uint32_t first = 0, count = 0;
+    vk::SubmitInfo* info = nullptr;
+    vk::TimelineSemaphoreSubmitInfo* timeline_info = nullptr;
+  };
+  std::vector<BatchWaits> batch_waits;
   std::vector<vk::Semaphore> signal_semaphores;
   std::vector<std::uint64_t> signal_values;
   std::vector<std::pair<Role, std::uint32_t>> signal_rules;
@@ -92,6 +108,7 @@ struct Plan {
   std::vector<std::uint32_t> final_compute;          // by device: index of its last compute batch (or ~0)
   std::vector<std::array<std::uint32_t, role_count>> role_counts;  // by device: its batches of each role
   std::vector<std::vector<std::uint32_t>> kernel_batches;  // by device: the batches that bind the descriptor set
+  std::vector<const Queue*> sole_queue;  // by device: the one queue all its batches run on, or null
   std::vector<std::uint64_t> last_use[role_count];   // by role, by device: values after its last call
 
   Plan() = default;
@@ -248,36 +265,25 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     sub.groups[g].timeline_infos.resize(k);
   }
   sub.expects.clear();
+  sub.batch_waits.assign(batches.size(), {});
   std::uint32_t role_index[role_count] = {};
   std::size_t w = 0;
   std::vector<std::size_t> next_in_group(sub.groups.size(), 0);
   for (std::size_t b = 0; b < batches.size(); ++b) {
     const Batch& batch = batches[b];
     const std::size_t first_wait = w;
-    if (batch.wait_ready) {
-      sub.wait_rules[w] = {WaitRule::Kind::ready, {}};
-      ++w;
-    }
-    if (batch.wait_previous_call) {
-      sub.wait_rules[w] = {WaitRule::Kind::previous_call, {}};
-      sub.wait_semaphores[w] = c.transfer.handle();
-      ++w;
-    }
-    if (batch.wait_previous_compute) {
-      sub.wait_rules[w] = {WaitRule::Kind::previous_compute, {}};
-      sub.wait_semaphores[w] = c.compute.handle();
-      ++w;
-    }
+    if (batch.wait_ready) sub.wait_rules[w++] = {WaitRule::Kind::ready, {}, nullptr, true};
+    if (batch.wait_previous_call) sub.wait_rules[w++] = {WaitRule::Kind::previous_call, {}, c.transfer.handle(), true};
+    if (batch.wait_previous_compute) sub.wait_rules[w++] = {WaitRule::Kind::previous_compute, {}, c.compute.handle(), true};
     for (const BatchRef& ref : batch.waits) {
-      sub.wait_rules[w] = {WaitRule::Kind::batch, ref};
       if (ref.device == d) {
-        sub.wait_semaphores[w] = c.timeline(ref.role).handle();
+        sub.wait_rules[w++] = {WaitRule::Kind::batch, ref, c.timeline(ref.role).handle(), true};
       } else {
-        sub.wait_semaphores[w] = peer_semaphore(ref.device);
+        sub.wait_rules[w++] = {WaitRule::Kind::batch, ref, peer_semaphore(ref.device), false};
         sub.expects.emplace_back(ref.device, ref.index);
       }
-      ++w;
     }
+    for (std::size_t k = first_wait; k < w; ++k) sub.wait_semaphores[k] = sub.wait_rules[k].semaphore;
     const int r = static_cast<int>(batch.role);
     const bool twin = batch.role == Role::transfer && c.shared.handle();
     sub.signal_semaphores[2 * b] = c.timeline(batch.role).handle();
@@ -304,6 +310,7 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     info.pCommandBuffers = &sub.command_buffers[b];
     info.signalSemaphoreCount = twin ? 2 : 1;
     info.pSignalSemaphores = &sub.signal_semaphores[2 * b];
+    sub.batch_waits[b] = {static_cast<std::uint32_t>(first_wait), static_cast<std::uint32_t>(w - first_wait), &info, &ti};
   }
   sub.recorded = true;
 }
