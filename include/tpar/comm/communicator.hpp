@@ -12,6 +12,7 @@
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/options.hpp>
 #include <tpar/detail/comm_plan.hpp>
+#include <tpar/detail/merged_batches.hpp>
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
 #include <tpar/sync/concepts.hpp>
@@ -664,7 +665,8 @@ class Communicator {
 
   // Hands device d's share of the deferred calls to its queues: one vkQueueSubmit per
   // queue, the batches in call order (a queue takes its batches in submission order, so a
-  // later call's batch must never go ahead of an earlier one's on the same queue).
+  // later call's batch must never go ahead of an earlier one's on the same queue), those
+  // that wait on nothing folded into the one before (detail::MergedBatches).
   void submit_pending(std::size_t d) {
     auto& c = ctx_[d];
     auto submit_to = [&](Queue& q, std::span<const vk::SubmitInfo> infos) {
@@ -682,16 +684,16 @@ class Communicator {
     } else {
       Queue* queues[role_count] = {};
       std::size_t used = 0;
-      for (auto& infos : gather_[d]) infos.clear();
+      for (auto& batches : gather_[d]) batches.clear();
       for (const auto& p : pending_)
         for (const auto& g : p.plan->submits[d][p.parity].groups) {
           Queue* q = &c.queue(g.role);
           std::size_t k = 0;
           while (k < used && queues[k] != q) ++k;
           if (k == used) queues[used++] = q;
-          gather_[d][k].insert(gather_[d][k].end(), g.infos.begin(), g.infos.end());
+          for (const auto& info : g.infos) gather_[d][k].add(info);
         }
-      for (std::size_t k = 0; k < used; ++k) submit_to(*queues[k], gather_[d][k]);
+      for (std::size_t k = 0; k < used; ++k) submit_to(*queues[k], gather_[d][k].build());
     }
     std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
   }
@@ -901,7 +903,7 @@ class Communicator {
     std::uint32_t parity;
   };
   std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
-  std::vector<std::array<std::vector<vk::SubmitInfo>, role_count>> gather_;  // by device, queue: flush()'s batches
+  std::vector<std::array<detail::MergedBatches, role_count>> gather_;  // by device, queue: flush()'s batches
   std::vector<detail::DeviceContext> ctx_;
   std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;
