@@ -98,7 +98,7 @@ class Communicator {
     // Deferred work still runs: GPU submissions of the host may wait on its done points.
     try {
       flush();
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       log(LogLevel::error, std::string("submitting deferred calls on destruction: ") + e.what());
     }
     deferral_->owner = nullptr;
