@@ -598,8 +598,7 @@ class Communicator {
       // which orders it after everything submitted to that queue before it. A driver's
       // vkQueueSubmit costs more per wait (docs/PERFORMANCE.md).
       const Queue* sole = plan.sole_queue[d];
-      const bool first_call = std::all_of(std::begin(c.submitted), std::end(c.submitted), [](auto v) { return v == 0; });
-      const bool own_ordered = sole && (c.sole_queue == sole || first_call);
+      const bool own_ordered = sole && c.sole_queue == sole;
       for (auto& bw : sub.batch_waits) {
         std::uint32_t k = bw.first;
         for (std::uint32_t w = bw.first; w < bw.first + bw.count; ++w) {

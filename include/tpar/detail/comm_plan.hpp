@@ -39,9 +39,10 @@ struct DeviceContext {
   bool merged = false;                          // one queue does every role
   std::uint64_t submitted[role_count] = {};     // last value given to a batch, by Role
   std::uint64_t queued[role_count] = {};        // last value handed to the queues (deferred calls aside)
-  // The one queue every batch of the last call ran on (null: several, or no call yet):
-  // then a call whose batches all run there too orders itself after it by submission
-  // order, with no wait on this device's own timelines.
+  // The one queue every batch of the last call ran on (null: several, or no call yet,
+  // when the waits are on value 0 and cost one call's worth): then a call whose batches
+  // all run there too orders itself after it by submission order, with no wait on this
+  // device's own timelines.
   const Queue* sole_queue = nullptr;
   std::uint64_t completed[role_count] = {};     // last value seen reached (a cache)
 
