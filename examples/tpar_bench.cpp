@@ -152,7 +152,9 @@ struct LinkFigures {
   double h2d2_all = 0, duplex2_all = 0;
 };
 
-LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet) {
+// `window` (0: all of `bytes`): device->host copies cycle through that much host memory
+// per device, to see how the host's cache takes a small footprint (docs/PERFORMANCE.md).
+LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, std::size_t window, bool quiet) {
   const std::size_t n = group.size();
   tpar::HostImport::check_support(group);
   if (!quiet) std::fprintf(stderr, "%s: measuring host-staging bandwidth (%s per copy)\n", program.c_str(), human_bytes(bytes).c_str());
@@ -233,7 +235,12 @@ LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, bool quiet
       } else {
         const vk::Buffer host = staging.host_buffer(d, d);
         const vk::BufferCopy to_host(0, 0, bytes), from_host(bytes, 0, bytes);
-        if (path == Path::ce_d2h) cb.copyBuffer(staging.scratch(d), host, 1, &to_host);
+        if (path == Path::ce_d2h && window && window < bytes) {
+          for (std::size_t off = 0; off < bytes; off += window) {
+            const vk::BufferCopy part(off, off % window, std::min(window, bytes - off));
+            cb.copyBuffer(staging.scratch(d), host, 1, &part);
+          }
+        } else if (path == Path::ce_d2h) cb.copyBuffer(staging.scratch(d), host, 1, &to_host);
         else cb.copyBuffer(host, x.second->buffer, 1, &from_host);
       }
       cb.pipelineBarrier(stage, stage, {}, 1, &m, 0, nullptr, 0, nullptr);
@@ -314,6 +321,7 @@ struct Config {
   tpar::SyncChoice sync = tpar::SyncChoice::automatic;
   bool link = false, link_only = false, csv = false, json = false, quiet = false;
   std::size_t link_bytes = 256 << 20;
+  std::size_t link_window = 0;
   std::size_t piece_bytes = 0;
   std::uint32_t lanes = 0;
   std::uint32_t max_pieces = 0;
@@ -358,6 +366,8 @@ void print_help() {
       "  --submit-cost         only measure the host CPU of vkQueueSubmit on device 0 by\n"
       "                        batches per submission (-n: batches per row, default 4096)\n"
       "  --link-bytes SIZE     bytes per link copy (default 256M)\n"
+      "  --link-window SIZE    device->host link copies cycle through SIZE of host memory per\n"
+      "                        device (default: all of --link-bytes)\n"
       "  --piece-bytes SIZE    ChunkedRing: fixed f32 payload per pipelined piece (default:\n"
       "                        automatic, see --max-pieces)\n"
       "  --max-pieces N        ChunkedRing: at most N pieces per chunk, each at least 1 MiB on\n"
@@ -439,6 +449,8 @@ Config parse(int argc, char** argv) {
       c.piece_bytes = tpar_cli::parse_size(program, a, value());
     } else if (a == "--max-pieces") {
       c.max_pieces = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+    } else if (a == "--link-window") {
+      c.link_window = tpar_cli::parse_size(program, a, value());
     } else if (a == "--lanes") {
       c.lanes = tpar_cli::parse_number<std::uint32_t>(program, a, value());
     } else if (a == "--downloads") {
@@ -658,7 +670,7 @@ int main(int argc, char** argv) {
     }
     std::optional<LinkFigures> link;
     if (cfg.link) {
-      link = measure_link(group, cfg.link_bytes, cfg.quiet);
+      link = measure_link(group, cfg.link_bytes, cfg.link_window, cfg.quiet);
       auto combo_name = [](const LinkCombo& c) {
         std::string s;
         for (Path p : c.paths) s += (s.empty() ? "" : " + ") + std::string(path_name(p));
@@ -668,6 +680,8 @@ int main(int argc, char** argv) {
         std::printf("# %s\n# host-staging bandwidth in GB/s per device (%s per transfer, through imported host memory);\n"
                     "# a row of two paths runs both at once and counts the bytes of both\n",
                     header.c_str(), human_bytes(cfg.link_bytes).c_str());
+        if (cfg.link_window && cfg.link_window < cfg.link_bytes)
+          std::printf("# device->host copies cycle through %s of host memory per device\n", human_bytes(cfg.link_window).c_str());
         std::printf("# %-62s", "paths");
         for (std::size_t d = 0; d < n; ++d) std::printf(" %8s", ("dev " + std::to_string(d)).c_str());
         std::printf(" %12s\n", n > 1 ? "all at once" : "");
