@@ -236,8 +236,8 @@ LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, std::size_
         const vk::Buffer host = staging.host_buffer(d, d);
         const vk::BufferCopy to_host(0, 0, bytes), from_host(bytes, 0, bytes);
         if (path == Path::ce_d2h && window && window < bytes) {
-          for (std::size_t off = 0; off < bytes; off += window) {
-            const vk::BufferCopy part(off, off % window, std::min(window, bytes - off));
+          for (std::size_t off = 0; off < bytes; off += window) {  // each part over the window's start
+            const vk::BufferCopy part(off, 0, std::min(window, bytes - off));
             cb.copyBuffer(staging.scratch(d), host, 1, &part);
           }
         } else if (path == Path::ce_d2h) cb.copyBuffer(staging.scratch(d), host, 1, &to_host);
