@@ -486,6 +486,7 @@ Config parse(int argc, char** argv) {
     }
   }
   if (c.csv && c.json) tpar_cli::usage_error(program, "choose one of --csv and --json");
+  if (c.link_window && !c.link) tpar_cli::usage_error(program, "--link-window needs --link or --link-only");
   return c;
 }
 
