@@ -335,8 +335,7 @@ class Communicator {
     deferral_->flush = [](void* self) { static_cast<Communicator*>(self)->flush(); };
     gather_.resize(n);
     pending_.reserve(options_.depth);
-    sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources),
-                                   std::min<std::chrono::nanoseconds>(options_.timeout, std::chrono::seconds(1)),
+    sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources), options_.timeout,
                                    [h = health_](const Error& e) { h->fail(e); });
     slot_done_.assign(options_.depth, std::vector<std::uint64_t>(role_count * n, 0));
   }

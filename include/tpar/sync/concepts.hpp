@@ -1,7 +1,9 @@
 // CrossDeviceSync — what a sync policy (NativeImport, ProxyBridge) provides: for a wait
 // of device `dst` on device `src`'s upload timeline, a semaphore of `dst` carrying the
 // same values; notice of the values such waits expect; a way to release waiters when a
-// call failed; and failure reports.
+// call failed; and failure reports. Constructed from the group, each device's source
+// timeline, the communicator's timeout (what bounds any wait of the policy's own) and
+// the handler its threads report failures to.
 #pragma once
 
 #include <tpar/vk/device_group.hpp>

@@ -58,67 +58,148 @@ inline Timeline import_timeline(const Device& from, vk::Semaphore semaphore, con
 #endif
 }
 
-// Signals `timeline` of `device` to `value` from the device's compute queue: an empty
-// batch, so the signal comes from the GPU side, as the AllReduce's own will.
-inline void queue_signal(Device& device, vk::Semaphore timeline, std::uint64_t value) {
-  vk::TimelineSemaphoreSubmitInfo ti(0, nullptr, 1, &value);
-  vk::SubmitInfo si(0, nullptr, nullptr, 0, nullptr, 1, &timeline, &ti);
-  check(device.compute_queue().submit(std::span(&si, 1)), "vkQueueSubmit (NativeImport self-test)");
+// What the self-test leaves on a queue that was still busy with earlier work when it
+// ran (a host's queue behind a ready point that has not come yet): its semaphores live
+// until that queue got past the check.
+struct SelfTestLeftovers {
+  std::vector<Timeline> sources;
+  std::vector<std::vector<Timeline>> imports;  // [dst][src]
+  std::vector<Timeline> marks, reached;        // per device: the queue reached the check; got past it
+  std::vector<std::size_t> pending;            // devices whose queues had not got there yet
+};
+
+// Submits to `device`'s compute queue one vkQueueSubmit of three batches: the first
+// signals the device's own exported `source` to `value` (from the GPU, as the AllReduce's
+// uploads do), the second `mark` to 1 (the queue got here, past whatever was queued
+// before), the third waits for every semaphore of `waits` (imports of the peers' sources)
+// to reach `value`, then signals `reached` to 1. The source's signal comes first, so no
+// queue's check waits on a signal queued behind another device's check.
+inline void submit_check(Device& device, vk::Semaphore source, vk::Semaphore mark, std::span<const vk::Semaphore> waits,
+                         std::uint64_t value, vk::Semaphore reached) {
+  const std::uint64_t one = 1;
+  const std::vector<std::uint64_t> values(waits.size(), value);
+  const std::vector<vk::PipelineStageFlags> stages(waits.size(), vk::PipelineStageFlagBits::eAllCommands);
+  const vk::TimelineSemaphoreSubmitInfo source_ti(0, nullptr, 1, &value);
+  const vk::TimelineSemaphoreSubmitInfo mark_ti(0, nullptr, 1, &one);
+  const vk::TimelineSemaphoreSubmitInfo wait_ti(static_cast<std::uint32_t>(values.size()), values.data(), 1, &one);
+  const vk::SubmitInfo infos[] = {
+      vk::SubmitInfo(0, nullptr, nullptr, 0, nullptr, 1, &source, &source_ti),
+      vk::SubmitInfo(0, nullptr, nullptr, 0, nullptr, 1, &mark, &mark_ti),
+      vk::SubmitInfo(static_cast<std::uint32_t>(waits.size()), waits.data(), stages.data(), 0, nullptr, 1, &reached, &wait_ti)};
+  check(device.compute_queue().submit(std::span(infos)), "vkQueueSubmit (NativeImport self-test)");
 }
 
-// The self-test: for every ordered pair, a signal of the source's queue must be visible
-// through the import on the host, and the destination's queue must get past a wait on it.
-inline void native_import_self_test(const DeviceGroup& group, std::chrono::nanoseconds timeout) {
+inline std::uint64_t counter(const Device& device, const Timeline& t) {
+  std::uint64_t v = 0;
+  (void)device.handle().getSemaphoreCounterValue(t.handle(), &v);
+  return v;
+}
+
+// The self-test. Every device's exportable timeline is imported into every other device;
+// (1) a value the host signals on each source must be visible through every import of
+// it, and (2) each device's compute queue must get past a wait on all its imports,
+// released by the peers' own queues signalling their sources. Busy queues are not
+// judged: (1) needs no queue, and (2) judges a device only once its queue reached its
+// check (a batch before the wait signals a mark) and every peer's queue signalled its
+// source. A queue still busy with earlier work after the bound (a host's queue behind a
+// ready point that has not come) leaves its check to finish there: returned, for the
+// caller to keep until the queue got past it. Each bound is at most 2 s of `timeout`.
+// Throws ErrorCode::unsupported where an import does not carry its source's values.
+inline std::unique_ptr<SelfTestLeftovers> native_import_self_test(const DeviceGroup& group, std::chrono::nanoseconds timeout) {
+  timeout = std::min<std::chrono::nanoseconds>(timeout, std::chrono::seconds(2));
   const std::size_t n = group.size();
-  std::vector<Timeline> sources;
-  std::vector<std::uint64_t> values(n, 0);
-  for (std::size_t j = 0; j < n; ++j) sources.emplace_back(group[j].handle(), true);
-  for (std::size_t j = 0; j < n; ++j) {
-    for (std::size_t d = 0; d < n; ++d) {
-      if (d == j) continue;
-      const std::string pair = "device " + std::to_string(j) + " to device " + std::to_string(d);
-      Timeline imported = import_timeline(group[j], sources[j].handle(), group[d]);
-      Timeline reached(group[d].handle());
-      // A queue signal on the source, seen on the host through the import.
-      const vk::Semaphore seen = imported.handle();
-      const std::uint64_t first = ++values[j];
-      queue_signal(group[j], sources[j].handle(), first);
-      if (wait_all(group[d].handle(), std::span(&seen, 1), std::span(&first, 1), timeout) != vk::Result::eSuccess)
-        throw Error(ErrorCode::unsupported, "NativeImport self-test: a signal of " + pair + " was not visible through the import");
-      // A queue wait through the import, released by the source's queue.
-      const vk::Semaphore wait = imported.handle(), signal = reached.handle();
-      const std::uint64_t wait_value = ++values[j], signal_value = 1;
-      const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
-      vk::TimelineSemaphoreSubmitInfo ti(1, &wait_value, 1, &signal_value);
-      vk::SubmitInfo si(1, &wait, &stage, 0, nullptr, 1, &signal, &ti);
-      check(group[d].compute_queue().submit(std::span(&si, 1)), "vkQueueSubmit (NativeImport self-test)");
-      queue_signal(group[j], sources[j].handle(), wait_value);
-      const vk::Result r = wait_all(group[d].handle(), std::span(&signal, 1), std::span(&signal_value, 1), timeout);
-      if (r != vk::Result::eSuccess) {
-        // The import does not carry the source's signals. Release the waiting queue by
-        // signalling the import itself, so the device stays usable for ProxyBridge.
+  auto t = std::make_unique<SelfTestLeftovers>();
+  for (std::size_t j = 0; j < n; ++j) t->sources.emplace_back(group[j].handle(), true);
+  t->imports.resize(n);
+  for (std::size_t d = 0; d < n; ++d)
+    for (std::size_t j = 0; j < n; ++j)
+      t->imports[d].push_back(j == d ? Timeline() : import_timeline(group[j], t->sources[j].handle(), group[d]));
+  const auto waited_ms = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
+
+  // (1) A signal of every source, seen through every import of it.
+  for (std::size_t j = 0; j < n; ++j) t->sources[j].signal(1);
+  for (std::size_t d = 0; d < n; ++d)
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j == d) continue;
+      const vk::Semaphore seen = t->imports[d][j].handle();
+      const std::uint64_t one = 1;
+      if (wait_all(group[d].handle(), std::span(&seen, 1), std::span(&one, 1), timeout) != vk::Result::eSuccess)
+        throw Error(ErrorCode::unsupported, "NativeImport self-test: a signal of device " + std::to_string(j) + " to device " +
+                                                std::to_string(d) + " was not visible through the import (after " + waited_ms +
+                                                " ms device " + std::to_string(d) + " reads " +
+                                                std::to_string(counter(group[d], t->imports[d][j])) + ", expected 1)");
+    }
+
+  // (2) Every queue signals its source, then waits on all its imports for their sources.
+  for (std::size_t d = 0; d < n; ++d) {
+    t->marks.emplace_back(group[d].handle());
+    t->reached.emplace_back(group[d].handle());
+    std::vector<vk::Semaphore> waits;
+    for (std::size_t j = 0; j < n; ++j)
+      if (j != d) waits.push_back(t->imports[d][j].handle());
+    submit_check(group[d], t->sources[d].handle(), t->marks[d].handle(), waits, 2, t->reached[d].handle());
+  }
+  // One bound for all devices: a busy queue delays its peers' checks too.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (std::size_t d = 0; d < n; ++d) {
+    const vk::Semaphore s = t->reached[d].handle();
+    const std::uint64_t one = 1;
+    const auto left = std::max<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now(), std::chrono::nanoseconds(0));
+    const vk::Result r = wait_all(group[d].handle(), std::span(&s, 1), std::span(&one, 1), left);
+    if (r == vk::Result::eSuccess) continue;
+    if (r != vk::Result::eTimeout)
+      throw Error(code_for(r), "NativeImport self-test on device " + std::to_string(d) + ": " + vk::to_string(r), r);
+    std::string busy;
+    for (std::size_t j = 0; j < n; ++j)
+      if ((j == d && counter(group[d], t->marks[d]) < 1) || (j != d && counter(group[j], t->sources[j]) < 2))
+        busy += (busy.empty() ? "" : ", ") + std::to_string(j);
+    if (!busy.empty()) {
+      // Behind earlier work there: no verdict on this queue yet, and (1) passed.
+      log(LogLevel::info, "NativeImport self-test: the compute queue of device(s) " + busy +
+                              " is busy with earlier work; device " + std::to_string(d) + "'s queue check completes behind it");
+      t->pending.push_back(d);
+      continue;
+    }
+    // The queue got there and its peers signalled: give it a whole bound of its own
+    // (the shared deadline may have been spent on a queue before it).
+    if (wait_all(group[d].handle(), std::span(&s, 1), std::span(&one, 1), timeout) == vk::Result::eSuccess) continue;
+    // The queue got there and did not get past the wait: the imports do not carry the
+    // sources' signals to the GPU. Release every queue still on its check by signalling
+    // the imports themselves, so the devices stay usable for ProxyBridge.
+    bool released = true;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (counter(group[k], t->reached[k]) >= 1) continue;
+      for (std::size_t j = 0; j < n; ++j) {
+        // Only where the source did signal (a signal still to come must stay the first).
+        if (j == k || counter(group[j], t->sources[j]) < 2 || counter(group[k], t->imports[k][j]) >= 2) continue;
         try {
-          imported.signal(wait_value);
+          t->imports[k][j].signal(2);
         } catch (const Error&) {
         }
-        if (wait_all(group[d].handle(), std::span(&signal, 1), std::span(&signal_value, 1), timeout) != vk::Result::eSuccess) {
-          log(LogLevel::error, "NativeImport self-test: the compute queue of device " + std::to_string(d) +
-                                   " stays blocked on a wait the import never satisfies");
-          (void)new Timeline(std::move(imported));  // still waited on: never destroy it
-          (void)new Timeline(std::move(reached));
-        }
-        throw Error(ErrorCode::unsupported, "NativeImport self-test: the queue of device " + std::to_string(d) +
-                                                " did not get past a wait on device " + std::to_string(j) + "'s timeline (" +
-                                                vk::to_string(r) + ")");
+      }
+      const vk::Semaphore rs = t->reached[k].handle();
+      if (wait_all(group[k].handle(), std::span(&rs, 1), std::span(&one, 1), timeout) != vk::Result::eSuccess) {
+        log(LogLevel::error, "NativeImport self-test: the compute queue of device " + std::to_string(k) +
+                                 " stays blocked on its check; its semaphores are left allocated");
+        released = false;
       }
     }
+    if (!released) (void)t.release();  // still waited on: never destroy these semaphores
+    throw Error(ErrorCode::unsupported, "NativeImport self-test: the compute queue of device " + std::to_string(d) +
+                                            " did not get past a wait on its peers' timelines within " + waited_ms + " ms");
   }
-  // Everything the test submitted is done (each wait above covered it) before its
-  // semaphores go.
-  for (std::size_t j = 0; j < n; ++j) {
-    const vk::Semaphore s = sources[j].handle();
-    (void)wait_all(group[j].handle(), std::span(&s, 1), std::span(&values[j], 1), timeout);
+  if (t->pending.empty()) return nullptr;
+  return t;
+}
+
+// Whether every queue the self-test left a check on got past it (waits at most `bound`).
+inline bool self_test_done(const DeviceGroup& group, const SelfTestLeftovers& t, std::chrono::nanoseconds bound) {
+  for (const std::size_t d : t.pending) {
+    const vk::Semaphore s = t.reached[d].handle();
+    const std::uint64_t one = 1;
+    if (wait_all(group[d].handle(), std::span(&s, 1), std::span(&one, 1), bound) != vk::Result::eSuccess) return false;
   }
+  return true;
 }
 
 }  // namespace detail
@@ -130,12 +211,13 @@ class NativeImport {
   static constexpr bool exports_sources = true;
 
   NativeImport(const DeviceGroup& group, std::span<const vk::Semaphore> sources, std::chrono::nanoseconds timeout,
-               FailureHandler = {}) {
+               FailureHandler = {})
+      : group_(group) {
     const std::size_t n = group.size();
     if (n > 1) {
       const SyncGate gate = group.sync_gate();
       if (!gate.native_possible) throw Error(ErrorCode::unsupported, "NativeImport is not possible here: " + gate.reason);
-      detail::native_import_self_test(group, std::min<std::chrono::nanoseconds>(timeout, std::chrono::seconds(2)));
+      leftovers_ = detail::native_import_self_test(group, timeout);
     }
     imports_.resize(n);
     for (std::size_t d = 0; d < n; ++d) {
@@ -157,8 +239,17 @@ class NativeImport {
 
   std::string describe() const { return {}; }
 
+  NativeImport(const NativeImport&) = delete;
+  NativeImport& operator=(const NativeImport&) = delete;
+  // A self-test check still queued behind work that never ran keeps its semaphores.
+  ~NativeImport() {
+    if (leftovers_ && !detail::self_test_done(group_, *leftovers_, std::chrono::seconds(1))) (void)leftovers_.release();
+  }
+
  private:
+  DeviceGroup group_;
   std::vector<std::vector<Timeline>> imports_;  // [dst][src]
+  std::unique_ptr<detail::SelfTestLeftovers> leftovers_;  // checks left on busy queues, or null
 };
 
 static_assert(CrossDeviceSync<NativeImport>);

@@ -32,11 +32,12 @@ class ProxyBridge {
  public:
   static constexpr SyncKind kind = SyncKind::proxy_bridge;
 
-  // `sources[j]`: device j's upload timeline. `slice`: the longest single GPU wait (a
-  // thread stuck on a source that never advances wakes this often, and only then).
-  ProxyBridge(const DeviceGroup& group, std::span<const vk::Semaphore> sources, std::chrono::nanoseconds slice,
+  // `sources[j]`: device j's upload timeline. `timeout`: the communicator's bound on a
+  // wait; a forwarding thread's single GPU wait lasts at most 1 s of it (a thread stuck
+  // on a source that never advances wakes this often, and only then).
+  ProxyBridge(const DeviceGroup& group, std::span<const vk::Semaphore> sources, std::chrono::nanoseconds timeout,
               FailureHandler on_failure = {})
-      : slice_(slice), on_failure_(std::move(on_failure)) {
+      : slice_(std::min<std::chrono::nanoseconds>(timeout, std::chrono::seconds(1))), on_failure_(std::move(on_failure)) {
     const std::size_t n = group.size();
     sources_.reserve(n);
     for (std::size_t j = 0; j < n; ++j) {
