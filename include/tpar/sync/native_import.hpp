@@ -16,6 +16,7 @@
 #include <tpar/sync/timeline.hpp>
 #include <tpar/vk/device_group.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -89,10 +90,13 @@ inline void submit_check(Device& device, vk::Semaphore source, vk::Semaphore mar
   check(device.compute_queue().submit(std::span(infos)), "vkQueueSubmit (NativeImport self-test)");
 }
 
-inline std::uint64_t counter(const Device& device, const Timeline& t) {
-  std::uint64_t v = 0;
-  (void)device.handle().getSemaphoreCounterValue(t.handle(), &v);
-  return v;
+// Whether `t` reaches `value` within `bound` (a lost device throws).
+inline bool reaches(const Timeline& t, std::uint64_t value, std::chrono::nanoseconds bound) {
+  const vk::Semaphore s = t.handle();
+  const vk::Result r = wait_all(t.device(), std::span(&s, 1), std::span(&value, 1), bound);
+  if (r == vk::Result::eTimeout) return false;
+  check(r, "vkWaitSemaphores (NativeImport self-test)");
+  return true;
 }
 
 // The self-test. Every device's exportable timeline is imported into every other device;
@@ -119,16 +123,12 @@ inline std::unique_ptr<SelfTestLeftovers> native_import_self_test(const DeviceGr
   // (1) A signal of every source, seen through every import of it.
   for (std::size_t j = 0; j < n; ++j) t->sources[j].signal(1);
   for (std::size_t d = 0; d < n; ++d)
-    for (std::size_t j = 0; j < n; ++j) {
-      if (j == d) continue;
-      const vk::Semaphore seen = t->imports[d][j].handle();
-      const std::uint64_t one = 1;
-      if (wait_all(group[d].handle(), std::span(&seen, 1), std::span(&one, 1), timeout) != vk::Result::eSuccess)
+    for (std::size_t j = 0; j < n; ++j)
+      if (j != d && !reaches(t->imports[d][j], 1, timeout))
         throw Error(ErrorCode::unsupported, "NativeImport self-test: a signal of device " + std::to_string(j) + " to device " +
                                                 std::to_string(d) + " was not visible through the import (after " + waited_ms +
                                                 " ms device " + std::to_string(d) + " reads " +
-                                                std::to_string(counter(group[d], t->imports[d][j])) + ", expected 1)");
-    }
+                                                std::to_string(t->imports[d][j].value()) + ", expected 1)");
 
   // (2) Every queue signals its source, then waits on all its imports for their sources.
   for (std::size_t d = 0; d < n; ++d) {
@@ -142,17 +142,10 @@ inline std::unique_ptr<SelfTestLeftovers> native_import_self_test(const DeviceGr
   // One bound for all devices: a busy queue delays its peers' checks too.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (std::size_t d = 0; d < n; ++d) {
-    const vk::Semaphore s = t->reached[d].handle();
-    const std::uint64_t one = 1;
-    const auto left = std::max<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now(), std::chrono::nanoseconds(0));
-    const vk::Result r = wait_all(group[d].handle(), std::span(&s, 1), std::span(&one, 1), left);
-    if (r == vk::Result::eSuccess) continue;
-    if (r != vk::Result::eTimeout)
-      throw Error(code_for(r), "NativeImport self-test on device " + std::to_string(d) + ": " + vk::to_string(r), r);
-    std::string busy;
+    if (reaches(t->reached[d], 1, deadline - std::chrono::steady_clock::now())) continue;
+    std::string busy;  // this queue before its check, or a peer's before signalling its source
     for (std::size_t j = 0; j < n; ++j)
-      if ((j == d && counter(group[d], t->marks[d]) < 1) || (j != d && counter(group[j], t->sources[j]) < 2))
-        busy += (busy.empty() ? "" : ", ") + std::to_string(j);
+      if (j == d ? t->marks[d].value() < 1 : t->sources[j].value() < 2) busy += (busy.empty() ? "" : ", ") + std::to_string(j);
     if (!busy.empty()) {
       // Behind earlier work there: no verdict on this queue yet, and (1) passed.
       log(LogLevel::info, "NativeImport self-test: the compute queue of device(s) " + busy +
@@ -162,23 +155,22 @@ inline std::unique_ptr<SelfTestLeftovers> native_import_self_test(const DeviceGr
     }
     // The queue got there and its peers signalled: give it a whole bound of its own
     // (the shared deadline may have been spent on a queue before it).
-    if (wait_all(group[d].handle(), std::span(&s, 1), std::span(&one, 1), timeout) == vk::Result::eSuccess) continue;
+    if (reaches(t->reached[d], 1, timeout)) continue;
     // The queue got there and did not get past the wait: the imports do not carry the
     // sources' signals to the GPU. Release every queue still on its check by signalling
     // the imports themselves, so the devices stay usable for ProxyBridge.
     bool released = true;
     for (std::size_t k = 0; k < n; ++k) {
-      if (counter(group[k], t->reached[k]) >= 1) continue;
+      if (t->reached[k].value() >= 1) continue;
       for (std::size_t j = 0; j < n; ++j) {
         // Only where the source did signal (a signal still to come must stay the first).
-        if (j == k || counter(group[j], t->sources[j]) < 2 || counter(group[k], t->imports[k][j]) >= 2) continue;
+        if (j == k || t->sources[j].value() < 2 || t->imports[k][j].value() >= 2) continue;
         try {
           t->imports[k][j].signal(2);
         } catch (const Error&) {
         }
       }
-      const vk::Semaphore rs = t->reached[k].handle();
-      if (wait_all(group[k].handle(), std::span(&rs, 1), std::span(&one, 1), timeout) != vk::Result::eSuccess) {
+      if (!reaches(t->reached[k], 1, timeout)) {
         log(LogLevel::error, "NativeImport self-test: the compute queue of device " + std::to_string(k) +
                                  " stays blocked on its check; its semaphores are left allocated");
         released = false;
@@ -192,14 +184,14 @@ inline std::unique_ptr<SelfTestLeftovers> native_import_self_test(const DeviceGr
   return t;
 }
 
-// Whether every queue the self-test left a check on got past it (waits at most `bound`).
-inline bool self_test_done(const DeviceGroup& group, const SelfTestLeftovers& t, std::chrono::nanoseconds bound) {
-  for (const std::size_t d : t.pending) {
-    const vk::Semaphore s = t.reached[d].handle();
-    const std::uint64_t one = 1;
-    if (wait_all(group[d].handle(), std::span(&s, 1), std::span(&one, 1), bound) != vk::Result::eSuccess) return false;
+// Whether every queue the self-test left a check on got past it (each waited on at most
+// `bound`; a lost device counts as not).
+inline bool self_test_done(const SelfTestLeftovers& t, std::chrono::nanoseconds bound) noexcept {
+  try {
+    return std::all_of(t.pending.begin(), t.pending.end(), [&](std::size_t d) { return reaches(t.reached[d], 1, bound); });
+  } catch (const Error&) {
+    return false;
   }
-  return true;
 }
 
 }  // namespace detail
@@ -211,8 +203,7 @@ class NativeImport {
   static constexpr bool exports_sources = true;
 
   NativeImport(const DeviceGroup& group, std::span<const vk::Semaphore> sources, std::chrono::nanoseconds timeout,
-               FailureHandler = {})
-      : group_(group) {
+               FailureHandler = {}) {
     const std::size_t n = group.size();
     if (n > 1) {
       const SyncGate gate = group.sync_gate();
@@ -243,11 +234,10 @@ class NativeImport {
   NativeImport& operator=(const NativeImport&) = delete;
   // A self-test check still queued behind work that never ran keeps its semaphores.
   ~NativeImport() {
-    if (leftovers_ && !detail::self_test_done(group_, *leftovers_, std::chrono::seconds(1))) (void)leftovers_.release();
+    if (leftovers_ && !detail::self_test_done(*leftovers_, std::chrono::seconds(1))) (void)leftovers_.release();
   }
 
  private:
-  DeviceGroup group_;
   std::vector<std::vector<Timeline>> imports_;  // [dst][src]
   std::unique_ptr<detail::SelfTestLeftovers> leftovers_;  // checks left on busy queues, or null
 };
