@@ -55,7 +55,7 @@ def table(kind):
     for r in bench(f"sweep-proxy-{kind}.txt"):  # the default wire (older logs: every wire; bf16 kept)
         if r["bytes"] not in proxy or r["wire"] == "bf16":
             proxy[r["bytes"]] = r
-    lines = [f"| bytes | NCCL P2P off: us / busbw | tpar default: algo, wire, us / busbw (x NCCL) | tpar f32 NativeImport: us / busbw (eff) | tpar bf16 NativeImport: us / busbw (eff) | tpar ProxyBridge: us | NCCL NVLink busbw |",
+    lines = [f"| bytes | NCCL P2P off: us / busbw | tpar, runtime's choice: algo, wire, us / busbw (x NCCL) | tpar f32 NativeImport: us / busbw (eff) | tpar bf16 NativeImport: us / busbw (eff) | tpar ProxyBridge: us | NCCL NVLink busbw |",
              "|---|---|---|---|---|---|---|"]
     for b in sorted(auto):
         if ("p2p-off", b) not in nc:
@@ -80,7 +80,7 @@ def svg():
     for kind in ("x2", "x4"):
         nc = nccl(kind)
         auto = bench(f"sweep-default-{kind}.txt")
-        series.append((f"tpar default, n={kind[1]}", colors[kind][0], [(r["bytes"], r["busbw"]) for r in auto], False))
+        series.append((f"tpar (auto), n={kind[1]}", colors[kind][0], [(r["bytes"], r["busbw"]) for r in auto], False))
         series.append((f"NCCL P2P off, n={kind[1]}", colors[kind][1],
                        sorted((b, v[1]) for (k, b), v in nc.items() if k == "p2p-off" and b >= 16384), True))
     xs = [x for _, _, pts, _ in series for x, _ in pts]
