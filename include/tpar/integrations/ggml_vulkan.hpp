@@ -201,13 +201,12 @@ inline AdoptedDevice adopted_device(vk::Instance instance, vk::PhysicalDevice ph
 inline constexpr std::chrono::seconds wait_bound{60};
 
 // The communicator's options under ggml-vulkan (TPAR_SYNC, TPAR_ALGO and TPAR_WIRE still
-// override them). The wire: f32 at every size, as ggml's own fallback sums in f32, so
-// `-sm tensor` gives the same logits with the hook as without it (bit for bit at two
-// devices); TPAR_WIRE=auto trades that for bf16 on prefill-sized calls
-// (docs/integrating-ggml.md, "The wire").
+// override them): tpar's defaults, as ggml's CUDA backend does it: f32 on the wire below
+// 1 MiB (every decode-sized call; bit for bit what ggml's own fallback gives at two
+// devices), bf16 from there (prefill). TPAR_WIRE=f32 makes every call f32 (measured in
+// docs/integrating-ggml.md, "The wire"). Waits bounded by wait_bound.
 inline Options options() {
   Options o;
-  o.wire = Wire::f32;
   o.timeout = wait_bound;
   return o;
 }
