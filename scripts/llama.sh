@@ -21,6 +21,8 @@ with random weights, and compares llama-bench's pp/tg over the split modes:
 
   --build-dir DIR    where everything goes (default: build-llama/ in the checkout)
   --build-only       stop after the build (the programs are in DIR/build/bin)
+  --bin DIR          use the programs already built in DIR (llama-bench, tpar-llama-model):
+                     no setup, no build; for machines that only run them
   --devices LIST     the Vulkan devices for the split modes, as GGML_VK_VISIBLE_DEVICES
                      takes them (default: every GPU; one GPU opened twice, 0,0, where
                      there is one; two lavapipe devices where there is none)
@@ -39,12 +41,13 @@ EOF
 die_usage() { echo "llama.sh: $1 (scripts/llama.sh --help)" >&2; exit 2; }
 say() { echo "llama.sh: $*" >&2; }
 
-build_dir="$root/build-llama" build_only=0 devices="" preset=tiny type=q8_0 model="" bench_args="-p 512 -n 128 -r 3"
+build_dir="$root/build-llama" build_only=0 prebuilt="" devices="" preset=tiny type=q8_0 model="" bench_args="-p 512 -n 128 -r 3"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --build-dir) [[ $# -ge 2 ]] || die_usage "--build-dir needs a folder"; build_dir=$2; shift 2 ;;
     --build-only) build_only=1; shift ;;
+    --bin) [[ $# -ge 2 && -x $2/llama-bench ]] || die_usage "--bin needs a folder holding llama-bench"; prebuilt=$(cd "$2" && pwd); shift 2 ;;
     --devices) [[ $# -ge 2 && $2 =~ ^[0-9]+(,[0-9]+)+$ ]] || die_usage "--devices takes at least two indices, e.g. 0,1 or 0,0"; devices=$2; shift 2 ;;
     --preset) [[ $# -ge 2 && $2 =~ ^(tiny|tiny-moe|llama3-8b)$ ]] || die_usage "--preset takes tiny, tiny-moe or llama3-8b"; preset=$2; shift 2 ;;
     --type) [[ $# -ge 2 && $2 =~ ^(q8_0|f16|f32)$ ]] || die_usage "--type takes q8_0, f16 or f32"; type=$2; shift 2 ;;
@@ -62,38 +65,6 @@ stage() {
   stage_name=$1 stage_start=$now
 }
 
-stage "setup"
-"$root/scripts/setup.sh" llama
-
-# The pinned tree, patched once: a stamp names the tarball and the patches it holds.
-stage "source"
-[[ -f "$tarball" ]] || { echo "llama.sh: the pinned llama.cpp is missing: $tarball" >&2; exit 1; }
-src="$build_dir/src/llama.cpp"
-stamp_want=$( (echo "$tarball_sha256"; cat "${patches[@]}") | sha256sum | cut -d' ' -f1)
-if [[ "$(cat "$build_dir/src/.stamp" 2>/dev/null)" != "$stamp_want" ]]; then
-  echo "$tarball_sha256  $tarball" | sha256sum --check --status ||
-    { echo "llama.sh: $tarball is not the pinned llama.cpp (sha256 differs)" >&2; exit 1; }
-  rm -rf "$build_dir/src"
-  mkdir -p "$build_dir/src"
-  say "unpacking llama.cpp 3f545bec"
-  tar -xJf "$tarball" -C "$build_dir/src"
-  for p in "${patches[@]}"; do
-    say "applying $(basename "$p")"
-    patch -d "$src" -p1 --forward --batch --quiet < "$p" ||
-      { echo "llama.sh: $(basename "$p") does not apply to the pinned tree" >&2; exit 1; }
-  done
-  echo "$stamp_want" > "$build_dir/src/.stamp"
-fi
-
-stage "build"
-targets=(llama-bench llama-completion tpar-llama-model tpar-llama-logits)
-if [[ ! -f "$build_dir/build/build.ninja" ]]; then
-  say "configuring"
-  cmake -S "$root/integrations/llama.cpp" -B "$build_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DLLAMA_SOURCE_DIR="$src" > "$build_dir/configure.log" 2>&1 ||
-    { tail -30 "$build_dir/configure.log" >&2; echo "llama.sh: configuring failed (log: $build_dir/configure.log)" >&2; exit 1; }
-fi
-say "building ${targets[*]} (log: $build_dir/build.log)"
 # ninja's [done/total] lines, thinned to one every 10% or 30 s
 progress() {
   local last=-10 shown=$SECONDS begin=$SECONDS line pct
@@ -106,21 +77,64 @@ progress() {
     fi
   done
 }
-set +e
-cmake --build "$build_dir/build" --target "${targets[@]}" 2>&1 | tee "$build_dir/build.log" | progress
-rc=${PIPESTATUS[0]}
-set -e
-if [[ $rc -ne 0 ]]; then
-  grep -E "error|Error" "$build_dir/build.log" | head -20 >&2
-  echo "llama.sh: the build failed (log: $build_dir/build.log)" >&2
-  exit 1
+
+# Unpacks and patches the pinned tree (once: a stamp names the tarball and the patches
+# it holds), then builds the programs.
+build_llama() {
+  stage "setup"
+  "$root/scripts/setup.sh" llama
+
+  stage "source"
+  [[ -f "$tarball" ]] || { echo "llama.sh: the pinned llama.cpp is missing: $tarball" >&2; exit 1; }
+  src="$build_dir/src/llama.cpp"
+  stamp_want=$( (echo "$tarball_sha256"; cat "${patches[@]}") | sha256sum | cut -d' ' -f1)
+  if [[ "$(cat "$build_dir/src/.stamp" 2>/dev/null)" != "$stamp_want" ]]; then
+    echo "$tarball_sha256  $tarball" | sha256sum --check --status ||
+      { echo "llama.sh: $tarball is not the pinned llama.cpp (sha256 differs)" >&2; exit 1; }
+    rm -rf "$build_dir/src"
+    mkdir -p "$build_dir/src"
+    say "unpacking llama.cpp 3f545bec"
+    tar -xJf "$tarball" -C "$build_dir/src"
+    for p in "${patches[@]}"; do
+      say "applying $(basename "$p")"
+      patch -d "$src" -p1 --forward --batch --quiet < "$p" ||
+        { echo "llama.sh: $(basename "$p") does not apply to the pinned tree" >&2; exit 1; }
+    done
+    echo "$stamp_want" > "$build_dir/src/.stamp"
+  fi
+
+  stage "build"
+  targets=(llama-bench llama-completion tpar-llama-model tpar-llama-logits)
+  if [[ ! -f "$build_dir/build/build.ninja" ]]; then
+    say "configuring"
+    cmake -S "$root/integrations/llama.cpp" -B "$build_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+          -DLLAMA_SOURCE_DIR="$src" > "$build_dir/configure.log" 2>&1 ||
+      { tail -30 "$build_dir/configure.log" >&2; echo "llama.sh: configuring failed (log: $build_dir/configure.log)" >&2; exit 1; }
+  fi
+  say "building ${targets[*]} (log: $build_dir/build.log)"
+  set +e
+  cmake --build "$build_dir/build" --target "${targets[@]}" 2>&1 | tee "$build_dir/build.log" | progress
+  local rc=${PIPESTATUS[0]}
+  set -e
+  if [[ $rc -ne 0 ]]; then
+    grep -E "error|Error" "$build_dir/build.log" | head -20 >&2
+    echo "llama.sh: the build failed (log: $build_dir/build.log)" >&2
+    exit 1
+  fi
+}
+
+if [[ -n "$prebuilt" ]]; then
+  bin=$prebuilt
+else
+  build_llama
+  bin="$build_dir/build/bin"
+  if [[ $build_only -eq 1 ]]; then
+    stage "done"
+    say "programs in $bin"
+    exit 0
+  fi
 fi
-bin="$build_dir/build/bin"
-if [[ $build_only -eq 1 ]]; then
-  stage "done"
-  say "programs in $bin"
-  exit 0
-fi
+mkdir -p "$build_dir"
 
 # Devices: the GPUs ggml sees by default; one GPU opened twice; else two lavapipe devices.
 stage "devices"
