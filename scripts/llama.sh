@@ -69,7 +69,8 @@ stage() {
 progress() {
   local last=-10 shown=$SECONDS begin=$SECONDS line pct
   while IFS= read -r line; do
-    [[ $line =~ ^\[([0-9]+)/([0-9]+)\] ]] || continue
+    # (the few-step lines are ggml's shader generator, a build of its own inside)
+    [[ $line =~ ^\[([0-9]+)/([0-9]+)\] ]] && (( BASH_REMATCH[2] > 10 )) || continue
     pct=$((100 * BASH_REMATCH[1] / BASH_REMATCH[2]))
     if (( pct >= last + 10 || SECONDS - shown >= 30 )); then
       say "built ${BASH_REMATCH[1]}/${BASH_REMATCH[2]} ($pct%, $((SECONDS - begin)) s)"
