@@ -1,0 +1,72 @@
+// tpar-bench: AllReduce performance and correctness in the manner of nccl-tests'
+// all_reduce_perf. Times back-to-back in-place calls per size, then checks results:
+// integer inputs must come out exact on every device, and random inputs are compared
+// with a double-precision sum. `--link` first measures the host-staging copy bandwidth
+// (device->host, host->device, both at once; each device alone and all together) and
+// then reports each row's efficiency against the bound that bandwidth sets.
+//
+// The parts: options.hpp (the command line), sweep.hpp (the timed and checked table),
+// link.hpp and probes.hpp (the other modes), report.hpp (what is printed).
+#include "bench.hpp"
+#include "link.hpp"
+#include "options.hpp"
+#include "probes.hpp"
+#include "report.hpp"
+#include "sweep.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+VULKAN_HPP_DEFAULT_DISPATCH_LOADER_DYNAMIC_STORAGE
+
+int main(int argc, char** argv) {
+  using namespace tpar_bench;
+  Config cfg = parse(argc, argv);
+  try {
+    auto group = tpar::DeviceGroup::create(cfg.group);
+    if (!cfg.explicit_devices && !group[0].capabilities().is_gpu()) {
+      // No GPU: four lavapipe virtual devices, so the AllReduce has something to do.
+      cfg.group.select.virtual_devices(4);
+      group = tpar::DeviceGroup::create(cfg.group);
+    }
+    const std::size_t n = group.size();
+    const bool gpu = group[0].capabilities().is_gpu();
+    if (cfg.sizes.empty()) {
+      const std::size_t max = cfg.max_bytes ? cfg.max_bytes : (gpu ? std::size_t{256} << 20 : std::size_t{4} << 20);
+      for (std::size_t b = cfg.min_bytes; b <= max; b *= cfg.factor) cfg.sizes.push_back(b);
+    }
+    for (auto& b : cfg.sizes) b = b / 4 * 4;
+    const std::size_t largest = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
+
+    std::string names = group[0].capabilities().name;
+    for (std::size_t d = 1; d < n; ++d)
+      if (group[d].capabilities().name != names) names += ", " + group[d].capabilities().name;
+    const std::string header = "tpar-bench " TPAR_VERSION_STRING ": " + std::to_string(n) + " device" + (n == 1 ? "" : "s") +
+                               " (" + names + (group[0].is_virtual() ? ", virtual" : "") + ")";
+
+    if (cfg.wake) {
+      measure_wake(group, cfg.iters ? cfg.iters : 300);
+      return 0;
+    }
+    if (cfg.submit_cost) {
+      measure_submit(group, cfg.iters ? cfg.iters : 4096);
+      return 0;
+    }
+    std::optional<LinkFigures> link;
+    if (cfg.link) {
+      link = measure_link(group, cfg.link_bytes, cfg.link_window, cfg.quiet);
+      if (!cfg.csv && !cfg.json) print_link_table(*link, cfg, header, n);
+      if (cfg.link_only) {
+        if (cfg.json) print_link_json(*link, cfg, n);
+        return 0;
+      }
+    }
+    const bool all_ok = run_sweep(group, cfg, link, header, names, largest);
+    return all_ok ? 0 : 3;
+  } catch (const tpar::Error& e) {
+    die(e.what());
+  } catch (const tpar_example::Failure& e) {
+    die(e.what());
+  }
+}
