@@ -18,9 +18,11 @@ namespace tpar_bench {
 // the host memory directly over PCIe.
 enum class Path { ce_d2h, ce_h2d_compute, ce_h2d_transfer2, sm_d2h, sm_h2d };
 
-inline const char* path_name(Path p) {
+// `transfer`: what the devices' transfer queue is (on a device without a transfer-only
+// queue family, tpar's transfer queue is its compute queue).
+inline std::string path_name(Path p, const std::string& transfer) {
   switch (p) {
-    case Path::ce_d2h: return "copy d2h (transfer queue)";
+    case Path::ce_d2h: return "copy d2h (" + transfer + ")";
     case Path::ce_h2d_compute: return "copy h2d (compute queue)";
     case Path::ce_h2d_transfer2: return "copy h2d (2nd transfer queue)";
     case Path::sm_d2h: return "shader d2h (compute queue)";
@@ -37,6 +39,7 @@ struct LinkCombo {
 
 struct LinkFigures {
   std::vector<LinkCombo> combos;
+  std::string transfer_queue;  // "transfer queue", or the compute queue standing in for it
   // The data path the communicator uses (copy d2h on the transfer queue, copy h2d on the
   // compute queue), every device at once, GB/s per device: the bound rows are judged by.
   double d2h_all = 0, h2d_all = 0, duplex_all = 0;
@@ -179,6 +182,11 @@ inline LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, std
   std::vector<std::size_t> all(n);
   for (std::size_t d = 0; d < n; ++d) all[d] = d;
   LinkFigures f;
+  std::size_t with_transfer = 0;
+  for (std::size_t d = 0; d < n; ++d) with_transfer += group[d].has_transfer_queue();
+  f.transfer_queue = with_transfer == n ? "transfer queue"
+                     : with_transfer == 0 ? "compute queue: no transfer queue"
+                                          : "transfer queue, compute queue where none";
   for (int pass = 0; pass < 2; ++pass) {  // the first pass warms up (pins pages, wakes links)
     f.combos.clear();
     for (const auto& paths : combos) {

@@ -1,17 +1,30 @@
 // tpar-bench's command line: what a run is asked to do (Config), --help, and the parser
-// that turns argv into a Config or stops with a usage error.
+// that turns argv into a Config or stops with a usage error (exit 2, nothing on stdout).
 #pragma once
 
 #include "bench.hpp"
 #include "common/cli.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tpar_bench {
+
+// Every algorithm tpar-bench can ask for by name, besides auto: --algo's values and what
+// --algo all runs. A new AlgoChoice is added here (its name comes from tpar::to_string).
+inline constexpr tpar::AlgoChoice algo_choices[] = {tpar::AlgoChoice::oneshot, tpar::AlgoChoice::ring};
+// Every wire, besides auto: --wire's values and --wire all.
+inline constexpr tpar::Wire wire_choices[] = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
+
+// Exit status of a run whose results checked wrong (0, 1 and 2 as every program: cli.hpp).
+inline constexpr int exit_wrong_results = 3;
 
 struct Config {
   std::vector<std::size_t> sizes;
@@ -33,9 +46,25 @@ struct Config {
   std::string profile_out;
   bool wake = false;
   bool submit_cost = false;
+  bool dry_run = false;
   tpar::GroupOptions group;
   bool explicit_devices = false;
+  std::set<std::string> given;  // the flags on the command line, by their long names
+
+  bool has(const char* flag) const { return given.count(flag) > 0; }
 };
+
+inline std::string algo_names() {
+  std::string s = "auto";
+  for (auto a : algo_choices) s += ", " + std::string(tpar::to_string(a));
+  return s + " or all";
+}
+
+inline std::string wire_names() {
+  std::string s = "auto";
+  for (auto w : wire_choices) s += ", " + std::string(tpar::to_string(w));
+  return s + " or all";
+}
 
 inline void print_help() {
   std::printf(
@@ -46,34 +75,32 @@ inline void print_help() {
       "algbw*2(n-1)/n (GB/s), max error relative to sum|x| on random data, #wrong values on\n"
       "integer data (must be 0), host CPU time per call (us: every thread of the process, less\n"
       "the bench's own wait for the results), and with --link the\n"
-      "efficiency against the host-staging bound.\n\n"
-      "Sizes:\n"
+      "efficiency against the host-staging bound. On one device there is nothing to reduce:\n"
+      "the time is the call's overhead, and algbw and busbw are not given.\n"
+      "%s, 3 a result checked wrong.\n\n"
+      "Sizes (bytes, with K, M or G; each a multiple of 4, the f32 payload being whole values):\n"
       "  -b, --min-bytes SIZE  smallest payload (default 16K)\n"
-      "  -e, --max-bytes SIZE  largest payload (default 256M on GPUs, 4M on lavapipe)\n"
+      "  -e, --max-bytes SIZE  largest payload (default 256M on GPUs, 4M on lavapipe); -b\n"
+      "                        above -e is a usage error\n"
       "  -f, --factor N        multiply by N between sizes (default 4)\n"
-      "  --sizes A,B,...       exactly these sizes (bytes; K, M, G suffixes)\n"
+      "  --sizes A,B,...       exactly these sizes (instead of -b, -e and -f)\n"
       "Runs:\n"
       "  -n, --iters N         timed calls per size (default: 200 up to 1M, 40 up to 16M, 10 above)\n"
       "  -w, --warmup N        untimed calls first (default 5)\n"
       "  -r, --repeat R        time R runs of N calls; report each figure's median over the\n"
       "                        runs (default 1)\n"
-      "  --wire W              auto, f32, bf16, f16 or all (default auto)\n"
-      "  --algo A              auto, ring, oneshot or all (default auto)\n"
+      "  --wire W              %s (default auto)\n"
+      "  --algo A              %s (default auto)\n"
       "  --sync S              auto, native or proxy (default auto)\n"
       "  --link                measure host-staging bandwidth first, and report efficiency\n"
-      "  --link-only           only measure the host-staging bandwidth\n"
-      "  --wake                only measure how late a host thread blocked in vkWaitSemaphores\n"
-      "                        wakes after the GPU signals (what ProxyBridge pays per hop)\n"
-      "  --submit-cost         only measure the host CPU of vkQueueSubmit on device 0 by\n"
-      "                        batches per submission (-n: batches per row, default 4096)\n"
       "  --link-bytes SIZE     bytes per link copy (default 256M)\n"
       "  --link-window SIZE    device->host link copies cycle through SIZE of host memory per\n"
       "                        device (default: all of --link-bytes)\n"
-      "  --piece-bytes SIZE    ChunkedRing: fixed f32 payload per pipelined piece (default:\n"
-      "                        automatic, see --max-pieces)\n"
-      "  --max-pieces N        ChunkedRing: at most N pieces per chunk, each at least 1 MiB on\n"
-      "                        the wire (default 4)\n"
-      "  --lanes N             ChunkedRing: pieces in flight per device (default 4)\n"
+      "  --piece-bytes SIZE    ChunkedRing: fixed f32 payload per pipelined piece, at least %zu\n"
+      "                        (default: automatic, see --max-pieces)\n"
+      "  --max-pieces N        ChunkedRing: at most N (1 to 64) pieces per chunk, each at least\n"
+      "                        1 MiB on the wire (default 4)\n"
+      "  --lanes N             ChunkedRing: pieces in flight per device, 1 to 64 (default 4)\n"
       "  --downloads Q         ChunkedRing: where downloads run: compute (in the combine's\n"
       "                        batch, the default) or separate (batches of their own on the\n"
       "                        second transfer queue, a second copy engine)\n"
@@ -85,12 +112,71 @@ inline void print_help() {
       "  --profile             after each row, one more call with GPU timestamps around every\n"
       "                        batch: per device and queue, batches, busy time and the span\n"
       "  --profile-out PREFIX  also write every batch to PREFIX-<bytes>-<wire>-<algo>.csv\n"
+      "Other modes (instead of the table):\n"
+      "  --link-only           only measure the host-staging bandwidth (--link-bytes,\n"
+      "                        --link-window, --json)\n"
+      "  --wake                only measure how late a host thread blocked in vkWaitSemaphores\n"
+      "                        wakes after the GPU signals (what ProxyBridge pays per hop; -n)\n"
+      "  --submit-cost         only measure the host CPU of vkQueueSubmit on device 0 by\n"
+      "                        batches per submission (-n: batches per row, default 4096)\n"
+      "  --dry-run             check the flags and open the devices, then stop (exit 0 when a\n"
+      "                        run could start)\n"
       "Output:\n"
       "  --csv, --json         machine-readable table on stdout\n"
       "  -q, --quiet           no progress on stderr\n"
       "  -h, --help            this text\n\n"
-      "TPAR_SYNC, TPAR_ALGO and TPAR_WIRE apply where the flags are not given.\n\n%s",
+      "TPAR_SYNC, TPAR_ALGO and TPAR_WIRE apply where --sync, --algo and --wire are not given\n"
+      "(a bad value is a usage error). TPAR_LOG=debug|info|warning|error sets what tpar logs.\n\n%s",
+      tpar_cli::exit_status_help, wire_names().c_str(), algo_names().c_str(), tpar::wire_block * sizeof(float),
       tpar_cli::device_flags_help());
+}
+
+// The long name of a tpar-bench flag (its short form, if any, mapped), or empty.
+inline std::string_view long_name(std::string_view a) {
+  static constexpr std::pair<std::string_view, std::string_view> shorts[] = {
+      {"-b", "--min-bytes"}, {"-e", "--max-bytes"}, {"-f", "--factor"}, {"-n", "--iters"},
+      {"-w", "--warmup"},    {"-r", "--repeat"},    {"-q", "--quiet"},  {"-h", "--help"}};
+  for (const auto& [s, l] : shorts)
+    if (a == s) return l;
+  return a;
+}
+
+// Each mode but the table takes only the flags that mean something to it (besides the
+// device flags, --quiet and --dry-run): a flag it would ignore is a usage error.
+inline void check_mode_flags(const Config& c) {
+  struct Mode {
+    const char* flag;
+    std::vector<std::string_view> takes;
+  };
+  const Mode modes[] = {
+      {"--link-only", {"--link-bytes", "--link-window", "--json"}},
+      {"--wake", {"--iters"}},
+      {"--submit-cost", {"--iters"}},
+  };
+  const std::vector<std::string_view> everywhere = {"--quiet", "--dry-run"};
+  const Mode* chosen = nullptr;
+  for (const auto& m : modes) {
+    if (!c.has(m.flag)) continue;
+    if (chosen)
+      tpar_cli::usage_error(program, std::string("choose one of --link-only, --wake and --submit-cost (got ") +
+                                         chosen->flag + " and " + m.flag + ")");
+    chosen = &m;
+  }
+  for (const auto& f : c.given) {
+    if (chosen && f == chosen->flag) continue;
+    const bool common = std::find(everywhere.begin(), everywhere.end(), f) != everywhere.end();
+    if (chosen && !common && std::find(chosen->takes.begin(), chosen->takes.end(), f) == chosen->takes.end())
+      tpar_cli::usage_error(program, std::string(chosen->flag) + " does not take " + f);
+  }
+}
+
+// A payload size: a positive multiple of 4 bytes.
+inline std::size_t parse_payload(std::string_view flag, std::string_view text) {
+  const std::size_t b = tpar_cli::parse_size(program, flag, text);
+  if (b < 4 || b % 4)
+    tpar_cli::usage_error(program, std::string(flag) + " " + std::string(text) +
+                                       ": sizes are whole f32 values, a multiple of 4 bytes and at least 4");
+  return b;
 }
 
 inline Config parse(int argc, char** argv) {
@@ -105,14 +191,14 @@ inline Config parse(int argc, char** argv) {
       print_help();
       std::exit(0);
     } else if (a == "-b" || a == "--min-bytes") {
-      c.min_bytes = tpar_cli::parse_size(program, a, value());
+      c.min_bytes = parse_payload(a, value());
     } else if (a == "-e" || a == "--max-bytes") {
-      c.max_bytes = tpar_cli::parse_size(program, a, value());
+      c.max_bytes = parse_payload(a, value());
     } else if (a == "-f" || a == "--factor") {
       c.factor = tpar_cli::parse_number<std::size_t>(program, a, value());
       if (c.factor < 2) tpar_cli::usage_error(program, "--factor must be at least 2");
     } else if (a == "--sizes") {
-      c.sizes = tpar_cli::parse_list(program, a, value(), [&](std::string_view t) { return tpar_cli::parse_size(program, a, t); });
+      c.sizes = tpar_cli::parse_list(program, a, value(), [&](std::string_view t) { return parse_payload(a, t); });
     } else if (a == "-n" || a == "--iters") {
       c.iters = tpar_cli::parse_number<int>(program, a, value());
       if (c.iters < 1) tpar_cli::usage_error(program, "--iters must be at least 1");
@@ -121,19 +207,21 @@ inline Config parse(int argc, char** argv) {
       if (c.repeat < 1) tpar_cli::usage_error(program, "--repeat must be at least 1");
     } else if (a == "-w" || a == "--warmup") {
       c.warmup = tpar_cli::parse_number<int>(program, a, value());
+      if (c.warmup < 0) tpar_cli::usage_error(program, "--warmup must be at least 0");
     } else if (a == "--wire") {
       const std::string_view w = value();
-      if (w == "all") c.wires = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
+      if (w == "all") c.wires.assign(std::begin(wire_choices), std::end(wire_choices));
       else if (w == "auto") c.wires = {std::nullopt};
       else if (auto p = tpar::parse_wire(w)) c.wires = {*p};
-      else tpar_cli::usage_error(program, "--wire takes auto, f32, bf16, f16 or all");
+      else tpar_cli::usage_error(program, "--wire takes " + wire_names());
     } else if (a == "--algo") {
       const std::string_view v = value();
-      if (v == "all") c.algos = {tpar::AlgoChoice::oneshot, tpar::AlgoChoice::ring};
+      c.algos.clear();
+      if (v == "all") c.algos.assign(std::begin(algo_choices), std::end(algo_choices));
       else if (v == "auto") c.algos = {tpar::AlgoChoice::automatic};
-      else if (v == "ring") c.algos = {tpar::AlgoChoice::ring};
-      else if (v == "oneshot") c.algos = {tpar::AlgoChoice::oneshot};
-      else tpar_cli::usage_error(program, "--algo takes auto, ring, oneshot or all");
+      for (auto choice : algo_choices)
+        if (v == tpar::to_string(choice)) c.algos = {choice};
+      if (c.algos.empty()) tpar_cli::usage_error(program, "--algo takes " + algo_names());
     } else if (a == "--sync") {
       const std::string_view v = value();
       if (v == "auto") c.sync = tpar::SyncChoice::automatic;
@@ -145,15 +233,20 @@ inline Config parse(int argc, char** argv) {
     } else if (a == "--link-only") {
       c.link = c.link_only = true;
     } else if (a == "--link-bytes") {
-      c.link_bytes = tpar_cli::parse_size(program, a, value());
+      c.link_bytes = parse_payload(a, value());
     } else if (a == "--piece-bytes") {
       c.piece_bytes = tpar_cli::parse_size(program, a, value());
+      if (c.piece_bytes < tpar::wire_block * sizeof(float) || c.piece_bytes % 4)
+        tpar_cli::usage_error(program, "--piece-bytes takes a multiple of 4 bytes, at least " +
+                                           std::to_string(tpar::wire_block * sizeof(float)));
     } else if (a == "--max-pieces") {
       c.max_pieces = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+      if (c.max_pieces < 1 || c.max_pieces > 64) tpar_cli::usage_error(program, "--max-pieces takes 1 to 64");
     } else if (a == "--link-window") {
-      c.link_window = tpar_cli::parse_size(program, a, value());
+      c.link_window = parse_payload(a, value());
     } else if (a == "--lanes") {
       c.lanes = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+      if (c.lanes < 1 || c.lanes > 64) tpar_cli::usage_error(program, "--lanes takes 1 to 64");
     } else if (a == "--downloads") {
       const std::string_view v = value();
       if (v == "compute") c.downloads = tpar::DownloadQueue::compute;
@@ -169,6 +262,8 @@ inline Config parse(int argc, char** argv) {
       c.wake = true;
     } else if (a == "--submit-cost") {
       c.submit_cost = true;
+    } else if (a == "--dry-run") {
+      c.dry_run = true;
     } else if (a == "--profile") {
       c.profile = true;
     } else if (a == "--profile-out") {
@@ -182,13 +277,52 @@ inline Config parse(int argc, char** argv) {
       c.quiet = true;
     } else if (tpar_cli::parse_device_flag(program, argc, argv, i, c.group)) {
       c.explicit_devices = true;
+      continue;  // device flags suit every mode
     } else {
       tpar_cli::usage_error(program, "unknown option " + std::string(a));
     }
+    c.given.insert(std::string(long_name(a)));
   }
+  check_mode_flags(c);
   if (c.csv && c.json) tpar_cli::usage_error(program, "choose one of --csv and --json");
+  if (c.link_only && c.csv) tpar_cli::usage_error(program, "--link-only prints a table or --json, not --csv");
   if (c.link_window && !c.link) tpar_cli::usage_error(program, "--link-window needs --link or --link-only");
+  if (!c.sizes.empty() && (c.has("--min-bytes") || c.has("--max-bytes") || c.has("--factor")))
+    tpar_cli::usage_error(program, "--sizes gives the sizes: it takes no -b, -e or -f");
+  if (c.has("--min-bytes") && c.has("--max-bytes") && c.min_bytes > c.max_bytes)
+    tpar_cli::usage_error(program, "-b " + human_bytes(c.min_bytes) + " is above -e " + human_bytes(c.max_bytes) +
+                                       ": no size lies between them");
   return c;
+}
+
+// The sizes the table runs (--sizes, or -b to -e by -f) on devices of this kind; an
+// empty range is a usage error.
+inline std::vector<std::size_t> table_sizes(const Config& c, bool gpu) {
+  if (!c.sizes.empty()) return c.sizes;
+  const std::size_t max = c.max_bytes ? c.max_bytes : (gpu ? std::size_t{256} << 20 : std::size_t{4} << 20);
+  if (c.min_bytes > max) {
+    if (c.has("--max-bytes"))
+      tpar_cli::usage_error(program, "-e " + human_bytes(max) + " is below the smallest size, " + human_bytes(c.min_bytes) +
+                                         " by default: give -b as well");
+    tpar_cli::usage_error(program, "-b " + human_bytes(c.min_bytes) + " is above the largest size, " + human_bytes(max) +
+                                       " by default on " + (gpu ? "GPUs" : "lavapipe") + ": give -e as well");
+  }
+  std::vector<std::size_t> sizes;
+  for (std::size_t b = c.min_bytes; b <= max; b *= c.factor) {
+    sizes.push_back(b);
+    if (b > max / c.factor) break;  // the next size would pass max (or wrap around)
+  }
+  return sizes;
+}
+
+// Makes --sync, --algo and --wire win over TPAR_SYNC, TPAR_ALGO and TPAR_WIRE (tpar applies
+// those over a communicator's options), then reads what is left of the environment: a bad
+// value is a usage error before anything runs or prints.
+inline tpar::Options apply_environment(const Config& c) {
+  if (c.has("--sync")) ::unsetenv("TPAR_SYNC");
+  if (c.has("--algo")) ::unsetenv("TPAR_ALGO");
+  if (c.has("--wire")) ::unsetenv("TPAR_WIRE");
+  return tpar_cli::environment_options(program);
 }
 
 }  // namespace tpar_bench

@@ -7,6 +7,7 @@
 #include "link.hpp"
 #include "options.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -14,6 +15,8 @@
 
 namespace tpar_bench {
 
+// One line of the table. algbw, busbw and eff are negative where the row has none (one
+// device; no --link).
 struct Row {
   std::size_t bytes, count;
   std::string wire, algo, sync;
@@ -21,9 +24,9 @@ struct Row {
   std::size_t wrong;
 };
 
-inline std::string combo_name(const LinkCombo& c) {
+inline std::string combo_name(const LinkCombo& c, const LinkFigures& link) {
   std::string s;
-  for (Path p : c.paths) s += (s.empty() ? "" : " + ") + std::string(path_name(p));
+  for (Path p : c.paths) s += (s.empty() ? "" : " + ") + path_name(p, link.transfer_queue);
   return s;
 }
 
@@ -33,11 +36,13 @@ inline void print_link_table(const LinkFigures& link, const Config& cfg, const s
               header.c_str(), human_bytes(cfg.link_bytes).c_str());
   if (cfg.link_window && cfg.link_window < cfg.link_bytes)
     std::printf("# device->host copies cycle through %s of host memory per device\n", human_bytes(cfg.link_window).c_str());
-  std::printf("# %-62s", "paths");
+  int width = 62;
+  for (const auto& c : link.combos) width = std::max(width, static_cast<int>(combo_name(c, link).size()));
+  std::printf("# %-*s", width, "paths");
   for (std::size_t d = 0; d < n; ++d) std::printf(" %8s", ("dev " + std::to_string(d)).c_str());
   std::printf(" %12s\n", n > 1 ? "all at once" : "");
   for (const auto& c : link.combos) {
-    std::printf("  %-62s", combo_name(c).c_str());
+    std::printf("  %-*s", width, combo_name(c, link).c_str());
     for (double v : c.alone) std::printf(" %8.2f", v);
     if (n > 1) std::printf(" %12.2f", c.all);
     std::printf("\n");
@@ -49,7 +54,7 @@ inline void print_link_json(const LinkFigures& link, const Config& cfg, std::siz
   std::printf("{\"devices\": %zu, \"link_bytes\": %zu, \"paths\": [", n, cfg.link_bytes);
   for (std::size_t i = 0; i < link.combos.size(); ++i) {
     const auto& c = link.combos[i];
-    std::printf("%s{\"paths\": %s, \"alone\": [", i ? ", " : "", tpar_cli::json_string(combo_name(c)).c_str());
+    std::printf("%s{\"paths\": %s, \"alone\": [", i ? ", " : "", tpar_cli::json_string(combo_name(c, link)).c_str());
     for (std::size_t d = 0; d < n; ++d) std::printf("%s%.3f", d ? ", " : "", c.alone[d]);
     std::printf("], \"all_at_once\": %.3f}", c.all);
   }
@@ -57,18 +62,26 @@ inline void print_link_json(const LinkFigures& link, const Config& cfg, std::siz
 }
 
 // The text table's header (the device line unless the link table already gave it).
-inline void print_table_header(const Config& cfg, const std::string& header) {
+inline void print_table_header(const Config& cfg, const std::string& header, std::size_t n) {
   if (!cfg.link) std::printf("# %s\n", header.c_str());
+  if (n == 1) std::printf("# one device: nothing to reduce, so no algbw or busbw; time(us) is the call's overhead\n");
   std::printf("# %12s %11s %5s %8s %12s %10s %9s %9s %9s %7s %8s %6s\n", "bytes", "count", "wire", "algo", "sync", "time(us)",
               "algbw", "busbw", "max err", "#wrong", "cpu(us)", "eff");
 }
 
+// A figure the row lacks (negative: see Row) as "-", null or nothing.
+inline std::string figure(double v, const char* format, const char* absent) {
+  if (v < 0) return absent;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 inline void print_row(const Row& row) {
-  char eff[16] = "-";
-  if (row.eff >= 0) std::snprintf(eff, sizeof eff, "%5.0f%%", row.eff * 100);
-  std::printf("  %12zu %11zu %5s %8s %12s %10.1f %9.2f %9.2f %9.2e %7zu %8.1f %6s\n", row.bytes, row.count,
-              row.wire.c_str(), row.algo.c_str(), row.sync.c_str(), row.time_us, row.algbw, row.busbw, row.max_err,
-              row.wrong, row.cpu_us, eff);
+  std::printf("  %12zu %11zu %5s %8s %12s %10.1f %9s %9s %9.2e %7zu %8.1f %6s\n", row.bytes, row.count, row.wire.c_str(),
+              row.algo.c_str(), row.sync.c_str(), row.time_us, figure(row.algbw, "%.2f", "-").c_str(),
+              figure(row.busbw, "%.2f", "-").c_str(), row.max_err, row.wrong, row.cpu_us,
+              figure(row.eff * 100, "%5.0f%%", "-").c_str());
   std::fflush(stdout);
 }
 
@@ -125,18 +138,19 @@ inline void print_rows(const std::vector<Row>& rows, const Config& cfg, std::siz
   if (cfg.csv) {
     std::printf("bytes,count,wire,algo,sync,time_us,algbw_gbps,busbw_gbps,max_err,wrong,cpu_us,efficiency\n");
     for (const auto& r : rows)
-      std::printf("%zu,%zu,%s,%s,%s,%.3f,%.4f,%.4f,%.3e,%zu,%.3f,%s\n", r.bytes, r.count, r.wire.c_str(), r.algo.c_str(),
-                  r.sync.c_str(), r.time_us, r.algbw, r.busbw, r.max_err, r.wrong, r.cpu_us,
-                  r.eff >= 0 ? std::to_string(r.eff).c_str() : "");
+      std::printf("%zu,%zu,%s,%s,%s,%.3f,%s,%s,%.3e,%zu,%.3f,%s\n", r.bytes, r.count, r.wire.c_str(), r.algo.c_str(),
+                  r.sync.c_str(), r.time_us, figure(r.algbw, "%.4f", "").c_str(), figure(r.busbw, "%.4f", "").c_str(),
+                  r.max_err, r.wrong, r.cpu_us, figure(r.eff, "%f", "").c_str());
   } else if (cfg.json) {
     std::printf("{\"devices\": %zu, \"names\": %s, \"rows\": [\n", n, tpar_cli::json_string(names).c_str());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       std::printf("  {\"bytes\": %zu, \"count\": %zu, \"wire\": \"%s\", \"algo\": \"%s\", \"sync\": \"%s\", \"time_us\": %.3f, "
-                  "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"max_err\": %.3e, \"wrong\": %zu, \"cpu_us\": %.3f, "
+                  "\"algbw_gbps\": %s, \"busbw_gbps\": %s, \"max_err\": %.3e, \"wrong\": %zu, \"cpu_us\": %.3f, "
                   "\"efficiency\": %s}%s\n",
-                  r.bytes, r.count, r.wire.c_str(), r.algo.c_str(), r.sync.c_str(), r.time_us, r.algbw, r.busbw, r.max_err,
-                  r.wrong, r.cpu_us, r.eff >= 0 ? std::to_string(r.eff).c_str() : "null", i + 1 < rows.size() ? "," : "");
+                  r.bytes, r.count, r.wire.c_str(), r.algo.c_str(), r.sync.c_str(), r.time_us,
+                  figure(r.algbw, "%.4f", "null").c_str(), figure(r.busbw, "%.4f", "null").c_str(), r.max_err, r.wrong,
+                  r.cpu_us, figure(r.eff, "%f", "null").c_str(), i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
   } else {

@@ -20,6 +20,15 @@
 
 namespace tpar_bench {
 
+// Whether any row of this communicator runs ChunkedRing (the algorithm the schedule for
+// each size and wire gets, TPAR_ALGO included).
+inline bool runs_ring(const tpar::AnyCommunicator& comm, const Config& cfg) {
+  for (std::size_t bytes : cfg.sizes)
+    for (const auto& wire : cfg.wires)
+      if (tpar::BySize::build(comm.schedule_request(bytes / 4, wire)).algorithm == tpar::ChunkedRing::name) return true;
+  return false;
+}
+
 // Runs the table; true when every result checked correct.
 inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::optional<LinkFigures>& link,
                       const std::string& header, const std::string& names, std::size_t largest) {
@@ -31,7 +40,8 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
   const std::size_t total = cfg.sizes.size() * cfg.wires.size() * cfg.algos.size();
   std::size_t done_rows = 0;
   bool all_ok = true;
-  if (!cfg.csv && !cfg.json) print_table_header(cfg, header);
+  const bool text = !cfg.csv && !cfg.json;
+  bool header_printed = false;
   for (auto algo : cfg.algos) {
     tpar::Options options;
     options.algo = algo;
@@ -45,11 +55,15 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
     options.depth = cfg.depth ? cfg.depth : cfg.defer > 1 ? std::min<std::uint32_t>(8, 2 * cfg.defer) : options.depth;
     auto comm = tpar::make_communicator(group, options);
     const std::string sync_name(to_string(comm.sync_kind()));
-    if (!cfg.csv && !cfg.json && n > 1 && algo != tpar::AlgoChoice::oneshot)
+    if (text && !header_printed) {  // once a communicator exists: a failure to make one prints nothing
+      print_table_header(cfg, header, n);
+      header_printed = true;
+    }
+    if (text && runs_ring(comm, cfg))
       std::printf("# ring downloads: %s\n", comm.schedule_request(1).separate_downloads
                                                 ? "batches of their own (second transfer queue where the device has one)"
                                                 : "in the combine's batch (compute queue)");
-    if (!cfg.csv && !cfg.json && cfg.defer > 1)
+    if (text && cfg.defer > 1)
       std::printf("# timed calls: %u per submission (deferred, then flushed), depth %u\n", cfg.defer, options.depth);
     for (std::size_t bytes : cfg.sizes) {
       for (const auto& wire : cfg.wires) {
@@ -161,8 +175,9 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
         row.algo = std::string(info.algorithm);
         row.sync = sync_name;
         row.time_us = seconds / iters * 1e6;
-        row.algbw = double(bytes) / (seconds / iters) / 1e9;
-        row.busbw = row.algbw * 2.0 * double(n - 1) / double(n);
+        // One device moves nothing: no bandwidth to speak of (print_row shows "-").
+        row.algbw = n > 1 ? double(bytes) / (seconds / iters) / 1e9 : -1;
+        row.busbw = n > 1 ? row.algbw * 2.0 * double(n - 1) / double(n) : -1;
         row.max_err = max_err;
         row.wrong = wrong;
         row.cpu_us = cpu / iters * 1e6;
@@ -172,7 +187,7 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
           row.eff = bound_seconds(tpar::BySize::build(rq), *link) / (seconds / iters);
         }
         rows.push_back(row);
-        if (!cfg.csv && !cfg.json) print_row(row);
+        if (text) print_row(row);
         if (cfg.profile) {
           comm.allreduce(spans, args).wait();
           print_profile(comm.profile(), cfg, n, row);

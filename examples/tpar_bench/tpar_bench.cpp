@@ -20,24 +20,42 @@
 
 VULKAN_HPP_DEFAULT_DISPATCH_LOADER_DYNAMIC_STORAGE
 
+// Stops with a runtime failure (exit 1) before anything is printed where the devices
+// cannot run what was asked: NativeImport where it cannot run, sizes past a device's limit.
+void check_devices(const tpar_bench::Config& cfg, const tpar::Options& env, const tpar::DeviceGroup& group) {
+  using namespace tpar_bench;
+  const bool sync_flag = cfg.has("--sync");
+  if ((sync_flag ? cfg.sync : env.sync) == tpar::SyncChoice::native) {
+    const tpar::SyncGate gate = group.sync_gate();
+    if (!gate.native_possible)
+      die(std::string(sync_flag ? "--sync native" : "TPAR_SYNC=native") + ": NativeImport cannot run on these devices: " +
+          gate.blocker + (sync_flag ? " (use --sync auto or proxy)" : " (set TPAR_SYNC to auto or proxy)"));
+  }
+  for (std::size_t d = 0; d < group.size(); ++d) {
+    const std::size_t range = group[d].capabilities().max_storage_buffer_range;
+    for (std::size_t b : cfg.sizes)
+      if (b > range)
+        die(human_bytes(b) + " is more than device " + std::to_string(d) + " can reduce in one call (maxStorageBufferRange " +
+            human_bytes(range) + "): give a smaller -e or --sizes");
+  }
+}
+
 int main(int argc, char** argv) {
   using namespace tpar_bench;
   Config cfg = parse(argc, argv);
+  const tpar::Options env = apply_environment(cfg);
   try {
-    auto group = tpar::DeviceGroup::create(cfg.group);
+    auto group = tpar_cli::open_group(cfg.group);
     if (!cfg.explicit_devices && !group[0].capabilities().is_gpu()) {
       // No GPU: four lavapipe virtual devices, so the AllReduce has something to do.
       cfg.group.select.virtual_devices(4);
-      group = tpar::DeviceGroup::create(cfg.group);
+      group = tpar_cli::open_group(cfg.group);
     }
     const std::size_t n = group.size();
     const bool gpu = group[0].capabilities().is_gpu();
-    if (cfg.sizes.empty()) {
-      const std::size_t max = cfg.max_bytes ? cfg.max_bytes : (gpu ? std::size_t{256} << 20 : std::size_t{4} << 20);
-      for (std::size_t b = cfg.min_bytes; b <= max; b *= cfg.factor) cfg.sizes.push_back(b);
-    }
-    for (auto& b : cfg.sizes) b = b / 4 * 4;
-    const std::size_t largest = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
+    if (!cfg.link_only && !cfg.wake && !cfg.submit_cost) cfg.sizes = table_sizes(cfg, gpu);
+    check_devices(cfg, env, group);
+    if (cfg.dry_run) return 0;
 
     std::string names = group[0].capabilities().name;
     for (std::size_t d = 1; d < n; ++d)
@@ -62,8 +80,9 @@ int main(int argc, char** argv) {
         return 0;
       }
     }
+    const std::size_t largest = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
     const bool all_ok = run_sweep(group, cfg, link, header, names, largest);
-    return all_ok ? 0 : 3;
+    return all_ok ? 0 : exit_wrong_results;
   } catch (const tpar::Error& e) {
     die(e.what());
   } catch (const tpar_example::Failure& e) {
