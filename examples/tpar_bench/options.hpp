@@ -17,10 +17,11 @@
 
 namespace tpar_bench {
 
-// Every algorithm tpar-bench can ask for by name, besides auto: --algo's values and what
-// --algo all runs. A new AlgoChoice is added here (its name comes from tpar::to_string).
+// Every algorithm tpar-bench can ask for by name, besides auto: --algo's values, what
+// --algo all runs, and what --soak draws from. A new AlgoChoice is added here (its name
+// comes from tpar::to_string).
 inline constexpr tpar::AlgoChoice algo_choices[] = {tpar::AlgoChoice::oneshot, tpar::AlgoChoice::ring};
-// Every wire, besides auto: --wire's values and --wire all.
+// Every wire, besides auto: --wire's values, --wire all, and what --soak draws from.
 inline constexpr tpar::Wire wire_choices[] = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
 
 // Exit status of a run whose results checked wrong (0, 1 and 2 as every program: cli.hpp).
@@ -46,6 +47,9 @@ struct Config {
   std::string profile_out;
   bool wake = false;
   bool submit_cost = false;
+  double soak_seconds = 0;  // --soak: run random checked calls this long instead of the table
+  std::optional<std::uint64_t> seed;
+  bool inject_fault = false;  // --soak: corrupt two values after the first round's calls
   bool dry_run = false;
   tpar::GroupOptions group;
   bool explicit_devices = false;
@@ -79,9 +83,9 @@ inline void print_help() {
       "the time is the call's overhead, and algbw and busbw are not given.\n"
       "%s, 3 a result checked wrong.\n\n"
       "Sizes (bytes, with K, M or G; each a multiple of 4, the f32 payload being whole values):\n"
-      "  -b, --min-bytes SIZE  smallest payload (default 16K)\n"
-      "  -e, --max-bytes SIZE  largest payload (default 256M on GPUs, 4M on lavapipe); -b\n"
-      "                        above -e is a usage error\n"
+      "  -b, --min-bytes SIZE  smallest payload (default 16K; 4 with --soak)\n"
+      "  -e, --max-bytes SIZE  largest payload (default 256M on GPUs, 4M on lavapipe; 64M on\n"
+      "                        GPUs with --soak); -b above -e is a usage error\n"
       "  -f, --factor N        multiply by N between sizes (default 4)\n"
       "  --sizes A,B,...       exactly these sizes (instead of -b, -e and -f)\n"
       "Runs:\n"
@@ -119,6 +123,15 @@ inline void print_help() {
       "                        wakes after the GPU signals (what ProxyBridge pays per hop; -n)\n"
       "  --submit-cost         only measure the host CPU of vkQueueSubmit on device 0 by\n"
       "                        batches per submission (-n: batches per row, default 4096)\n"
+      "  --soak SECONDS        random calls for SECONDS, every result checked: sizes from -b to\n"
+      "                        -e (or --sizes), wires, algorithms, syncs (those --wire, --algo,\n"
+      "                        --sync allow; all by default), deferred groups of 1 to --defer\n"
+      "                        calls (default 8), on 1 to all of the selected devices; a\n"
+      "                        summary line on stdout, progress on stderr every 10 s\n"
+      "  --seed N              --soak's seed (default: from the clock; printed either way)\n"
+      "  --inject-fault        --soak: change one result and one byte beside the calls' spans\n"
+      "                        after the first calls: the soak must report both (a test of\n"
+      "                        the test)\n"
       "  --dry-run             check the flags and open the devices, then stop (exit 0 when a\n"
       "                        run could start)\n"
       "Output:\n"
@@ -152,13 +165,15 @@ inline void check_mode_flags(const Config& c) {
       {"--link-only", {"--link-bytes", "--link-window", "--json"}},
       {"--wake", {"--iters"}},
       {"--submit-cost", {"--iters"}},
+      {"--soak", {"--min-bytes", "--max-bytes", "--sizes", "--wire", "--algo", "--sync", "--defer", "--depth",
+                  "--piece-bytes", "--lanes", "--max-pieces", "--downloads", "--seed", "--inject-fault"}},
   };
   const std::vector<std::string_view> everywhere = {"--quiet", "--dry-run"};
   const Mode* chosen = nullptr;
   for (const auto& m : modes) {
     if (!c.has(m.flag)) continue;
     if (chosen)
-      tpar_cli::usage_error(program, std::string("choose one of --link-only, --wake and --submit-cost (got ") +
+      tpar_cli::usage_error(program, std::string("choose one of --link-only, --wake, --submit-cost and --soak (got ") +
                                          chosen->flag + " and " + m.flag + ")");
     chosen = &m;
   }
@@ -167,6 +182,8 @@ inline void check_mode_flags(const Config& c) {
     const bool common = std::find(everywhere.begin(), everywhere.end(), f) != everywhere.end();
     if (chosen && !common && std::find(chosen->takes.begin(), chosen->takes.end(), f) == chosen->takes.end())
       tpar_cli::usage_error(program, std::string(chosen->flag) + " does not take " + f);
+    if (!chosen && (f == "--seed" || f == "--inject-fault"))
+      tpar_cli::usage_error(program, f + " is for --soak");
   }
 }
 
@@ -262,6 +279,14 @@ inline Config parse(int argc, char** argv) {
       c.wake = true;
     } else if (a == "--submit-cost") {
       c.submit_cost = true;
+    } else if (a == "--soak") {
+      c.soak_seconds = tpar_cli::parse_number<double>(program, a, value());
+      if (!(c.soak_seconds > 0 && c.soak_seconds <= 7 * 24 * 3600.0))
+        tpar_cli::usage_error(program, "--soak takes a number of seconds, more than 0 and at most a week");
+    } else if (a == "--seed") {
+      c.seed = tpar_cli::parse_number<std::uint64_t>(program, a, value());
+    } else if (a == "--inject-fault") {
+      c.inject_fault = true;
     } else if (a == "--dry-run") {
       c.dry_run = true;
     } else if (a == "--profile") {

@@ -19,9 +19,10 @@ struct DeviceRig {
   tpar::Timeline timeline;
   std::uint64_t value = 0;
 
-  DeviceRig(tpar::Device& d, std::size_t bytes) : dev(&d), timeline(d.handle()) {
+  // `pristine`: a second device buffer to restore `data` from (the table's timed inputs).
+  DeviceRig(tpar::Device& d, std::size_t bytes, bool with_pristine = true) : dev(&d), timeline(d.handle()) {
     data = std::make_unique<Buffer>(d, bytes, false);
-    pristine = std::make_unique<Buffer>(d, bytes, false);
+    if (with_pristine) pristine = std::make_unique<Buffer>(d, bytes, false);
     stage = std::make_unique<Buffer>(d, bytes, true);
     vk::CommandPoolCreateInfo info(vk::CommandPoolCreateFlagBits::eTransient, d.compute_queue().family());
     vk_check(d.handle().createCommandPool(&info, nullptr, &pool), "vkCreateCommandPool");

@@ -6,12 +6,13 @@
 // then reports each row's efficiency against the bound that bandwidth sets.
 //
 // The parts: options.hpp (the command line), sweep.hpp (the timed and checked table),
-// link.hpp and probes.hpp (the other modes), report.hpp (what is printed).
+// link.hpp, probes.hpp and soak.hpp (the other modes), report.hpp (what is printed).
 #include "bench.hpp"
 #include "link.hpp"
 #include "options.hpp"
 #include "probes.hpp"
 #include "report.hpp"
+#include "soak.hpp"
 #include "sweep.hpp"
 
 #include <algorithm>
@@ -53,6 +54,12 @@ int main(int argc, char** argv) {
     }
     const std::size_t n = group.size();
     const bool gpu = group[0].capabilities().is_gpu();
+    if (cfg.soak_seconds > 0) {
+      cfg.sizes = soak_sizes(cfg, gpu);
+      check_devices(cfg, env, group);
+      if (cfg.dry_run) return 0;
+      return run_soak(cfg, env, std::move(group));
+    }
     if (!cfg.link_only && !cfg.wake && !cfg.submit_cost) cfg.sizes = table_sizes(cfg, gpu);
     check_devices(cfg, env, group);
     if (cfg.dry_run) return 0;
