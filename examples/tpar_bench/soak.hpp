@@ -87,8 +87,15 @@ class Soak {
     const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.soak_seconds));
     auto next_progress = start + std::chrono::seconds(10);
     // At least one round, however short the time: a soak that checked nothing proves nothing.
-    do epoch(end, next_progress, start);
-    while (Clock::now() < end && totals_.failures < max_failures);
+    do {
+      try {
+        epoch(end, next_progress, start);
+      } catch (const tpar::Error& e) {  // opening a group of devices (the calls' own are caught in epoch)
+        fail("opening devices", e.what());
+      } catch (const tpar_example::Failure& e) {
+        fail("allocating buffers", e.what());
+      }
+    } while (Clock::now() < end && totals_.failures < max_failures);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const bool wrong = totals_.wrong_values > 0, failed = totals_.failures > 0;
     std::printf("tpar-bench soak: seed %llu, %.1f s on %s: %llu calls, %s, %llu communicators, %llu wrong values, "
