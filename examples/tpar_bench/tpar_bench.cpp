@@ -21,10 +21,12 @@
 
 VULKAN_HPP_DEFAULT_DISPATCH_LOADER_DYNAMIC_STORAGE
 
+namespace tpar_bench {
+namespace {
+
 // Stops with a runtime failure (exit 1) before anything is printed where the devices
 // cannot run what was asked: NativeImport where it cannot run, sizes past a device's limit.
-void check_devices(const tpar_bench::Config& cfg, const tpar::Options& env, const tpar::DeviceGroup& group) {
-  using namespace tpar_bench;
+void check_devices(const Config& cfg, const tpar::Options& env, const tpar::DeviceGroup& group) {
   const bool sync_flag = cfg.has("--sync");
   if ((sync_flag ? cfg.sync : env.sync) == tpar::SyncChoice::native) {
     const tpar::SyncGate gate = group.sync_gate();
@@ -40,6 +42,9 @@ void check_devices(const tpar_bench::Config& cfg, const tpar::Options& env, cons
             human_bytes(range) + "): give a smaller -e or --sizes");
   }
 }
+
+}  // namespace
+}  // namespace tpar_bench
 
 int main(int argc, char** argv) {
   using namespace tpar_bench;
