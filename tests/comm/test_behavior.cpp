@@ -420,6 +420,17 @@ TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
   s = spans;
   s[1].buffer = vk::Buffer{};                         // no buffer
   refused(s);
+  s = spans;
+  s[0].offset = ~vk::DeviceSize{0} - 15;              // 2^64 - 16: aligned, and offset + bytes wraps past 2^64
+  refused(s);
+  s[0].buffer_size = 0;                               // the same, with the buffer's size asked of Vulkan
+  refused(s);
+  s = spans;
+  s[1].offset = rig.buffer(1).size() + 16;            // starts past the buffer's end
+  refused(s);
+  // Enum values no enumerator names, as a cast or a corrupted struct makes them.
+  refused(spans, {.wire = static_cast<Wire>(7)});
+  refused(spans, {.wire = static_cast<Wire>(-1)});
   const TimelinePoint two_points[2] = {};
   refused(spans, {.ready = two_points});              // ready points for 2 of 3 devices
   const bool two_flags[2] = {true, true};
@@ -433,6 +444,36 @@ TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
   // Nothing was enqueued by the refused calls: the next call is exact.
   comm.allreduce(spans).wait();
   for (const auto& r : rig.read()) CHECK(bit_identical(r, integer_sum(x)));
+}
+
+TEST_CASE("options holding enum values no enumerator names are refused when the communicator is built") {
+  VkEnv env(2);
+  if (!env.ok()) return;
+  auto refused = [&](const Options& o) {
+    CHECK(code_of([&] { Communicator<ProxyBridge> comm(env.group(), o); }) == ErrorCode::invalid_argument);
+    CHECK(code_of([&] { (void)make_communicator(env.group(), o); }) == ErrorCode::invalid_argument);
+  };
+  Options o = test_opts();
+  o.wire = static_cast<Wire>(3);
+  refused(o);
+  o = test_opts();
+  o.algo = static_cast<AlgoChoice>(5);
+  refused(o);
+  o = test_opts();
+  o.downloads = static_cast<DownloadQueue>(2);
+  refused(o);
+  o = test_opts();
+  o.sync = static_cast<SyncChoice>(-4);
+  CHECK(code_of([&] { (void)make_communicator(env.group(), o); }) == ErrorCode::invalid_argument);
+  // A schedule asked of the algorithm directly is checked too.
+  Communicator<ProxyBridge> comm(env.group(), test_opts());
+  CHECK(code_of([&] { (void)comm.schedule_request(4096, static_cast<Wire>(9)); }) == ErrorCode::invalid_argument);
+  ScheduleRequest rq = comm.schedule_request(4096);
+  rq.wire = static_cast<Wire>(4);
+  CHECK(code_of([&] { (void)BySize::build(rq); }) == ErrorCode::invalid_argument);
+  rq = comm.schedule_request(4096);
+  rq.choice = static_cast<AlgoChoice>(8);
+  CHECK(code_of([&] { (void)BySize::build(rq); }) == ErrorCode::invalid_argument);
 }
 
 TEST_CASE("done points order the caller's own GPU work after the sum, with no host wait") {

@@ -88,6 +88,7 @@ class AnyCommunicator {
 // is an error that says why.
 inline AnyCommunicator make_communicator(DeviceGroup group, Options options = {}) {
   options = options.with_environment();
+  options.validate_enums();
   const SyncGate gate = group.sync_gate();
   if (options.sync == SyncChoice::native && !gate.native_possible)
     throw Error(ErrorCode::unsupported, "NativeImport was asked for (TPAR_SYNC=native) but " + gate.reason);

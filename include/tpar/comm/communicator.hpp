@@ -69,6 +69,7 @@ class Communicator {
         options_(options),
         health_(std::make_shared<detail::Health>()),
         deferral_(std::make_shared<detail::Deferral>()) {
+    options_.validate_enums();
     if (options_.depth < 1 || options_.depth > 8)
       throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 1 to 8");
     if (options_.lanes < 1 || options_.lanes > 64)
@@ -284,6 +285,7 @@ class Communicator {
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
+    if (wire) detail::require_known(*wire, all_wires, "the wire asked for");
     const std::size_t n = size();
     ScheduleRequest rq;
     rq.devices = static_cast<std::uint32_t>(n);
@@ -354,6 +356,7 @@ class Communicator {
       bad("allreduce got " + std::to_string(args.ready.size()) + " ready points for " + std::to_string(n) + " devices");
     if (!args.contributes.empty() && args.contributes.size() != n)
       bad("allreduce got " + std::to_string(args.contributes.size()) + " contribution flags for " + std::to_string(n) + " devices");
+    if (args.wire) detail::require_known(*args.wire, all_wires, "AllreduceArgs::wire");
     const std::size_t count = spans[0].count;
     for (std::size_t d = 0; d < n; ++d) {
       const BufferSpan& s = spans[d];
@@ -378,7 +381,8 @@ class Communicator {
         group_[d].handle().getBufferMemoryRequirements(s.buffer, &req);
         size = req.size;
       }
-      if (s.offset + s.bytes() > size)
+      // Written so that nothing wraps: an offset near 2^64 plus the span's bytes would.
+      if (s.offset > size || s.bytes() > size - s.offset)
         bad(who + " (offset " + std::to_string(s.offset) + ", " + std::to_string(count) + " values) ends past the end of its buffer (" +
             std::to_string(size) + " bytes)");
     }
