@@ -12,8 +12,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -392,6 +395,139 @@ TEST_CASE("NativeImport is chosen while a queue is busy with the caller's earlie
     for (const auto& r : rig.read()) CHECK(bit_identical(r, integer_sum(inputs)));
   }
   release.join();
+}
+
+namespace {
+// Which of the two caller threads runs here (0: neither).
+thread_local int caller = 0;
+}  // namespace
+
+TEST_CASE("two communicators on one group, used from two threads at once, reach every queue in one order") {
+  // Each device runs its batches in submission order. Were caller 1's call submitted to
+  // device 0, then caller 2's to devices 0 and 1, then caller 1's to device 1, each
+  // call's device-0 batches would wait for its device-1 batches queued behind the other
+  // call's: both would time out. The host's queue locks (the group is adopted) hold
+  // caller 1 before device 1's queue until caller 2 submitted there, for at most 1 s:
+  // that interleaving every time, unless the group keeps one submission order.
+  VkEnv env(2);
+  if (!env.ok()) return;
+  std::mutex queue_mutex[2], m;
+  std::condition_variable cv;
+  bool first_at_0 = false, second_at_1 = false, held = false;
+  std::vector<AdoptedDevice> adopted(2);
+  for (int i = 0; i < 2; ++i) {
+    auto& d = env.group()[i];
+    auto& a = adopted[i];
+    a.instance = env.group().instance();
+    a.physical = d.physical();
+    a.device = d.handle();
+    a.compute_queue = d.compute_queue().handle();
+    a.compute_family = d.compute_queue().family();
+    a.enabled_extensions = {VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME};
+    a.update_after_bind_enabled = d.enabled().update_after_bind;
+    a.compute_lock.lock = [&, i] {
+      if (i == 1 && caller == 1) {
+        std::unique_lock lock(m);
+        if (!held) {
+          held = true;
+          cv.wait_for(lock, 1s, [&] { return second_at_1; });
+        }
+      }
+      queue_mutex[i].lock();
+    };
+    a.compute_lock.unlock = [&, i] {
+      queue_mutex[i].unlock();
+      std::lock_guard lock(m);
+      if (i == 0 && caller == 1) first_at_0 = true;
+      if (i == 1 && caller == 2) second_at_1 = true;
+      cv.notify_all();
+    };
+  }
+  {
+    auto group = DeviceGroup::adopt(adopted);
+    Rig r1(group, 4096), r2(group, 4096);  // before the communicators: they go first
+    Options o;
+    o.timeout = 3s;
+    Communicator<ProxyBridge> one(group, o), two(group, o);
+    const auto x1 = integer_inputs(2, 4096, 51), x2 = integer_inputs(2, 4096, 52);
+    r1.write(x1);
+    r2.write(x2);
+    std::optional<Error> e1, e2;
+    std::thread t1([&] {
+      caller = 1;
+      try {
+        one.allreduce(r1.spans()).wait();
+      } catch (const Error& e) {
+        e1 = e;
+      }
+    });
+    std::thread t2([&] {
+      caller = 2;
+      {
+        std::unique_lock lock(m);
+        cv.wait_for(lock, 2s, [&] { return first_at_0; });
+      }
+      try {
+        two.allreduce(r2.spans()).wait();
+      } catch (const Error& e) {
+        e2 = e;
+      }
+    });
+    t1.join();
+    t2.join();
+    CHECK(first_at_0);
+    if (e1) FAIL_CHECK("caller 1: " << std::string(e1->what()));
+    if (e2) FAIL_CHECK("caller 2: " << std::string(e2->what()));
+    if (!e1 && !e2) {
+      for (const auto& r : r1.read()) CHECK(bit_identical(r, integer_sum(x1)));
+      for (const auto& r : r2.read()) CHECK(bit_identical(r, integer_sum(x2)));
+    }
+  }
+  env.check_validation();
+}
+
+TEST_CASE("two communicators on one group, 50 calls each from two threads, OneShot and ring: every result right") {
+  // Without one submission order per group this deadlocked within 10 calls here.
+  VkEnv env(3, false);
+  if (!env.ok()) return;
+  Options o = test_opts();
+  o.timeout = 20s;
+  Communicator<ProxyBridge> one(env.group(), o), two(env.group(), o);
+  auto run = [&](Communicator<ProxyBridge>& comm, std::uint64_t seed, int& checked) {
+    for (int i = 0; i < 50; ++i) {
+      const std::size_t count = i % 4 == 3 ? 1200000 : 3000 + std::size_t(i) * 7;  // ring every fourth call
+      Rig rig(env.group(), count);
+      const auto x = integer_inputs(3, count, seed + i);
+      rig.write(x);
+      comm.allreduce(rig.spans(), {.defer = i % 3 == 1}).wait();
+      const auto expect = integer_sum(x);
+      bool right = true;
+      for (const auto& r : rig.read()) right &= bit_identical(r, expect);
+      checked += right;
+    }
+  };
+  int c1 = 0, c2 = 0;
+  std::optional<Error> e1, e2;
+  std::thread t1([&] {
+    try {
+      run(one, 1000, c1);
+    } catch (const Error& e) {
+      e1 = e;
+    }
+  });
+  std::thread t2([&] {
+    try {
+      run(two, 2000, c2);
+    } catch (const Error& e) {
+      e2 = e;
+    }
+  });
+  t1.join();
+  t2.join();
+  if (e1) FAIL_CHECK(std::string(e1->what()));
+  if (e2) FAIL_CHECK(std::string(e2->what()));
+  CHECK(c1 == 50);
+  CHECK(c2 == 50);
 }
 
 TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {

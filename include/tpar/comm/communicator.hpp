@@ -262,6 +262,9 @@ class Communicator {
   void flush() {
     if (pending_.empty()) return;
     const std::size_t n = size();
+    // Every device's share in one piece: another communicator of the group must not put
+    // its batches between ours on one queue and behind ours on another.
+    const auto order = group_.lock_submissions();
     try {
       for (std::size_t d = 0; d < n; ++d) submit_pending(d);
     } catch (...) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -90,6 +91,7 @@ struct GroupState {
   PFN_vkDestroyDebugUtilsMessengerEXT destroy_messenger = nullptr;
   std::function<void(const ValidationMessage&)> on_validation;
   std::vector<std::unique_ptr<Device>> devices;
+  std::mutex submission_order;  // DeviceGroup::lock_submissions()
 
   GroupState() = default;
   GroupState(const GroupState&) = delete;
@@ -443,6 +445,17 @@ class DeviceGroup {
     for (std::size_t i = 0; i < size(); ++i) fd_enabled[i] = state_->devices[i]->enabled().external_semaphore_fd;
     return tpar::sync_gate(caps, std::span<const bool>(fd_enabled, size()));
   }
+
+  // One submission order for the whole group. Each device's queues start batches in
+  // submission order, so two submissions spanning several devices whose batches wait on
+  // each other's devices (two communicators' calls, used from two threads) must reach
+  // every queue in the same order, or each waits behind the other's until both time out.
+  // Every such submission holds this lock from its first vkQueueSubmit to its last: a
+  // communicator's flush, NativeImport's self-test. Copies of the group share it; a host
+  // that submits cross-device work of its own on these queues may take it too. Order:
+  // this lock first, then a queue's lock (the host's, on adopted devices), never the
+  // reverse.
+  [[nodiscard]] std::unique_lock<std::mutex> lock_submissions() const { return std::unique_lock(state_->submission_order); }
 
   // Shared ownership of the group's Vulkan objects (communicators keep it alive).
   const std::shared_ptr<detail::GroupState>& state() const { return state_; }
