@@ -124,16 +124,17 @@ class ProxyBridge {
     std::thread thread;
   };
 
-  // Signals every awaited value of `dst` up to `now`, in order.
+  // Signals every awaited value of `dst` up to `now`, in order. A value whose signal
+  // failed stays awaited, for release() to try again.
   static void forward(Source& s, std::size_t dst, std::uint64_t now) {
     auto& q = s.awaited[dst];
     while (!q.empty() && q.front() <= now) {
       const std::uint64_t v = q.front();
-      q.pop_front();
       if (v > s.signaled[dst]) {
         s.mirrors[dst].signal(v);
         s.signaled[dst] = v;
       }
+      q.pop_front();
     }
   }
 
@@ -179,8 +180,12 @@ class ProxyBridge {
         try {
           forward(s, d, now);
         } catch (const Error& e) {
+          // The communicator is failed now: let every queue waiting through this bridge
+          // go on at once (release() gives up on a destination whose signal fails again),
+          // rather than leave it blocked until someone's wait times out.
           fail(s, e);
-          s.awaited[d].clear();  // nothing more can be done for it
+          release(s);
+          break;
         }
       }
     }

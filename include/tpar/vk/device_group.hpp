@@ -119,21 +119,29 @@ inline std::string lower(std::string s) {
   return s;
 }
 
+// A failed enumeration throws: read as "none", it would turn an out-of-memory into "the
+// validation layer is not installed", or quietly drop an extension the instance needs.
 inline bool has_layer(const char* name) {
   std::uint32_t n = 0;
-  if (vk::enumerateInstanceLayerProperties(&n, nullptr) != vk::Result::eSuccess) return false;
+  check(vk::enumerateInstanceLayerProperties(&n, nullptr), "vkEnumerateInstanceLayerProperties");
   std::vector<vk::LayerProperties> layers(n);
-  if (vk::enumerateInstanceLayerProperties(&n, layers.data()) != vk::Result::eSuccess) return false;
+  check(vk::enumerateInstanceLayerProperties(&n, layers.data()), "vkEnumerateInstanceLayerProperties");
   for (std::uint32_t i = 0; i < n; ++i)
     if (std::string_view(layers[i].layerName.data()) == name) return true;
   return false;
 }
 
+// The instance extensions of the loader and drivers, or of `layer` (none where the
+// layer is not installed).
 inline std::vector<vk::ExtensionProperties> instance_extensions(const char* layer) {
   std::uint32_t n = 0;
-  if (vk::enumerateInstanceExtensionProperties(layer, &n, nullptr) != vk::Result::eSuccess) return {};
+  vk::Result r = vk::enumerateInstanceExtensionProperties(layer, &n, nullptr);
+  if (r == vk::Result::eErrorLayerNotPresent) return {};
+  check(r, "vkEnumerateInstanceExtensionProperties");
   std::vector<vk::ExtensionProperties> exts(n);
-  if (vk::enumerateInstanceExtensionProperties(layer, &n, exts.data()) != vk::Result::eSuccess) return {};
+  r = vk::enumerateInstanceExtensionProperties(layer, &n, exts.data());
+  if (r == vk::Result::eErrorLayerNotPresent) return {};
+  check(r, "vkEnumerateInstanceExtensionProperties");
   exts.resize(n);
   return exts;
 }
