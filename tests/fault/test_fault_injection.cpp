@@ -502,9 +502,14 @@ std::string outcomes_text(const std::map<std::string, int>& m) {
 template <class RunOnce>
 Row sweep(const std::string& phase, Kind kind, VkResult result, Watchdog& watchdog, RunOnce&& run_once) {
   Row row{phase, std::string(fault::to_string(kind)), short_name(result)};
-  // TPAR_FAULT_ONLY=text: only the sweeps whose label contains it (to look at one).
-  const char* only = std::getenv("TPAR_FAULT_ONLY");
-  if (only && (phase + " / " + row.kind + " / " + row.result).find(only) == std::string::npos) return row;
+  // TPAR_FAULT_ONLY=text|text...: only the sweeps whose label contains one of them.
+  if (const char* only = std::getenv("TPAR_FAULT_ONLY")) {
+    const std::string label = phase + " / " + row.kind + " / " + row.result;
+    std::istringstream parts(only);
+    bool wanted = false;
+    for (std::string part; std::getline(parts, part, '|');) wanted |= !part.empty() && label.find(part) != std::string::npos;
+    if (!wanted) return row;
+  }
   for (std::uint64_t k = 1;; ++k) {
     const std::string what = phase + " / " + row.kind + " / " + row.result + " / k=" + std::to_string(k);
     watchdog.start(what);

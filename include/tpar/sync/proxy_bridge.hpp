@@ -24,7 +24,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <string>
 #include <thread>
+
+#if defined(__linux__)
+#include <pthread.h>
+#endif
 
 namespace tpar::inline v0 {
 
@@ -53,7 +58,11 @@ class ProxyBridge {
       sources_.push_back(std::move(s));
     }
     if (n > 1)
-      for (auto& s : sources_) s->thread = std::thread([this, src = s.get()] { run(*src); });
+      for (auto& s : sources_)
+        s->thread = std::thread([this, src = s.get()] {
+          name_this_thread(src->index);
+          run(*src);
+        });
   }
   ProxyBridge(const ProxyBridge&) = delete;
   ProxyBridge& operator=(const ProxyBridge&) = delete;
@@ -123,6 +132,15 @@ class ProxyBridge {
     bool waiting = false;  // in vkWaitSemaphores
     std::thread thread;
   };
+
+  // "tpar-bridge-J", so that tools (top -H, tpar-idle-cpu) tell tpar's threads from the
+  // driver's and the host's.
+  static void name_this_thread([[maybe_unused]] std::uint32_t source) {
+#if defined(__linux__)
+    const std::string name = "tpar-bridge-" + std::to_string(source);
+    (void)::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str());
+#endif
+  }
 
   // Signals every awaited value of `dst` up to `now`, in order. A value whose signal
   // failed stays awaited, for release() to try again.
