@@ -353,6 +353,38 @@ TEST_CASE("a ready point that never comes: the wait times out within its bound a
   env.check_validation();
 }
 
+TEST_CASE("after a ready point that never comes, a new communicator on the same group waits behind it until it is signalled") {
+  // Each device has one queue for tpar's batches, and it starts them in submission order:
+  // what is queued after a batch waiting on the point (a new communicator's calls, the
+  // host's own work) waits too. Rebuilding the communicator does not help; signalling the
+  // point (or rebuilding the devices) does.
+  VkEnv env(2);
+  if (!env.ok()) return;
+  Options quick;
+  quick.timeout = 300ms;
+  TestTimeline never(env.group()[0].handle());
+  Rig r1(env.group(), 5000), r2(env.group(), 5000), r3(env.group(), 5000);
+  const auto x3 = integer_inputs(2, 5000, 13);
+  r1.write(integer_inputs(2, 5000, 11));
+  r2.write(integer_inputs(2, 5000, 12));
+  r3.write(x3);
+  {
+    Communicator<ProxyBridge> first(env.group(), quick);
+    const TimelinePoint ready[2] = {{never.semaphore, 1}, {}};
+    Ticket t1 = first.allreduce(r1.spans(), {.ready = ready});
+    CHECK(code_of([&] { t1.wait(); }) == ErrorCode::timeout);
+    CHECK(first.failure());
+    Communicator<ProxyBridge> second(env.group(), quick);
+    Ticket t2 = second.allreduce(r2.spans());
+    CHECK(code_of([&] { t2.wait(); }) == ErrorCode::timeout);  // queued behind the first call's wait
+    never.signal(1);
+    Communicator<ProxyBridge> third(env.group(), test_opts());
+    third.allreduce(r3.spans()).wait();
+    for (const auto& r : r3.read()) CHECK(bit_identical(r, integer_sum(x3)));
+  }
+  env.check_validation();
+}
+
 namespace {
 // Holds `device`'s compute queue on a batch that waits for `gate` to reach `value`.
 void hold_queue(tpar::Device& device, const TestTimeline& gate, std::uint64_t value) {

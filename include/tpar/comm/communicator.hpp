@@ -145,7 +145,8 @@ class Communicator {
   static constexpr SyncKind sync_kind() { return Sync::kind; }
 
   // The error that failed this communicator, if any. A failed communicator refuses new
-  // calls; build a new one.
+  // calls; build a new one. After a ready point that never came, a new one on the same
+  // group queues behind that point too, until it is signalled (docs/api.md).
   std::optional<Error> failure() const { return health_->error(); }
 
   // Host staging this communicator holds now, in bytes (all devices).
