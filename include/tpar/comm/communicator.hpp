@@ -759,7 +759,7 @@ class Communicator {
       bool left = !owed.empty();
       while (left && std::chrono::steady_clock::now() < deadline) {
         left = false;
-        bool progress = false;
+        bool advanced = false;
         for (auto& o : owed) {
           if (o.values.empty()) continue;
           std::uint64_t now = 0;
@@ -780,9 +780,9 @@ class Communicator {
           }
           o.values.erase(o.values.begin(), o.values.begin() + static_cast<std::ptrdiff_t>(last) + 1);
           left |= !o.values.empty();
-          progress = true;
+          advanced = true;
         }
-        if (left && !progress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (left && !advanced) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       if (left)
         log(LogLevel::error, "a failed submission left batches on the GPU that did not drain within the timeout: " + progress());

@@ -4,7 +4,6 @@
 
 #include <tpar/core/config.hpp>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,8 +15,6 @@
 namespace tpar::inline v0 {
 
 enum class LogLevel { debug, info, warning, error };
-
-inline constexpr std::array<LogLevel, 4> all_log_levels{LogLevel::debug, LogLevel::info, LogLevel::warning, LogLevel::error};
 
 constexpr std::string_view to_string(LogLevel level) {
   switch (level) {
@@ -51,7 +48,6 @@ inline LogState& log_state() {
   static LogState state;
   return state;
 }
-
 
 }  // namespace detail
 
