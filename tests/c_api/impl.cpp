@@ -6,3 +6,5 @@
 VULKAN_HPP_DEFAULT_DISPATCH_LOADER_DYNAMIC_STORAGE
 #endif
 #include <tpar/c_api_impl.hpp>
+
+#include "../support/keep_driver_loaded.hpp"

@@ -788,6 +788,12 @@ static int test_created(int n) {
   spans[0].buffer_size = off * sizeof(float) + SMALL * sizeof(float) - 4; /* ends past the buffer */
   FAILS(tpar_allreduce(comm, spans, (uint32_t)n, NULL, &t), TPAR_ERROR_INVALID_ARGUMENT);
   spans[0].buffer_size = bufs[0].size;
+  spans[0].offset = UINT64_MAX - 15; /* 2^64 - 16: aligned, and offset + bytes wraps past 2^64 */
+  FAILS(tpar_allreduce(comm, spans, (uint32_t)n, NULL, &t), TPAR_ERROR_INVALID_ARGUMENT);
+  spans[0].buffer_size = 0; /* the same, with the size asked of Vulkan */
+  FAILS(tpar_allreduce(comm, spans, (uint32_t)n, NULL, &t), TPAR_ERROR_INVALID_ARGUMENT);
+  spans[0].offset = off * sizeof(float);
+  spans[0].buffer_size = bufs[0].size;
   spans[0].buffer = VK_NULL_HANDLE;
   FAILS(tpar_allreduce(comm, spans, (uint32_t)n, NULL, &t), TPAR_ERROR_INVALID_ARGUMENT);
   spans[0].buffer = bufs[0].buffer;

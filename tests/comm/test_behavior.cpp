@@ -12,8 +12,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -350,6 +353,38 @@ TEST_CASE("a ready point that never comes: the wait times out within its bound a
   env.check_validation();
 }
 
+TEST_CASE("after a ready point that never comes, a new communicator on the same group waits behind it until it is signalled") {
+  // Each device has one queue for tpar's batches, and it starts them in submission order:
+  // what is queued after a batch waiting on the point (a new communicator's calls, the
+  // host's own work) waits too. Rebuilding the communicator does not help; signalling the
+  // point (or rebuilding the devices) does.
+  VkEnv env(2);
+  if (!env.ok()) return;
+  Options quick;
+  quick.timeout = 300ms;
+  TestTimeline never(env.group()[0].handle());
+  Rig r1(env.group(), 5000), r2(env.group(), 5000), r3(env.group(), 5000);
+  const auto x3 = integer_inputs(2, 5000, 13);
+  r1.write(integer_inputs(2, 5000, 11));
+  r2.write(integer_inputs(2, 5000, 12));
+  r3.write(x3);
+  {
+    Communicator<ProxyBridge> first(env.group(), quick);
+    const TimelinePoint ready[2] = {{never.semaphore, 1}, {}};
+    Ticket t1 = first.allreduce(r1.spans(), {.ready = ready});
+    CHECK(code_of([&] { t1.wait(); }) == ErrorCode::timeout);
+    CHECK(first.failure());
+    Communicator<ProxyBridge> second(env.group(), quick);
+    Ticket t2 = second.allreduce(r2.spans());
+    CHECK(code_of([&] { t2.wait(); }) == ErrorCode::timeout);  // queued behind the first call's wait
+    never.signal(1);
+    Communicator<ProxyBridge> third(env.group(), test_opts());
+    third.allreduce(r3.spans()).wait();
+    for (const auto& r : r3.read()) CHECK(bit_identical(r, integer_sum(x3)));
+  }
+  env.check_validation();
+}
+
 namespace {
 // Holds `device`'s compute queue on a batch that waits for `gate` to reach `value`.
 void hold_queue(tpar::Device& device, const TestTimeline& gate, std::uint64_t value) {
@@ -394,6 +429,139 @@ TEST_CASE("NativeImport is chosen while a queue is busy with the caller's earlie
   release.join();
 }
 
+namespace {
+// Which of the two caller threads runs here (0: neither).
+thread_local int caller = 0;
+}  // namespace
+
+TEST_CASE("two communicators on one group, used from two threads at once, reach every queue in one order") {
+  // Each device runs its batches in submission order. Were caller 1's call submitted to
+  // device 0, then caller 2's to devices 0 and 1, then caller 1's to device 1, each
+  // call's device-0 batches would wait for its device-1 batches queued behind the other
+  // call's: both would time out. The host's queue locks (the group is adopted) hold
+  // caller 1 before device 1's queue until caller 2 submitted there, for at most 1 s:
+  // that interleaving every time, unless the group keeps one submission order.
+  VkEnv env(2);
+  if (!env.ok()) return;
+  std::mutex queue_mutex[2], m;
+  std::condition_variable cv;
+  bool first_at_0 = false, second_at_1 = false, held = false;
+  std::vector<AdoptedDevice> adopted(2);
+  for (int i = 0; i < 2; ++i) {
+    auto& d = env.group()[i];
+    auto& a = adopted[i];
+    a.instance = env.group().instance();
+    a.physical = d.physical();
+    a.device = d.handle();
+    a.compute_queue = d.compute_queue().handle();
+    a.compute_family = d.compute_queue().family();
+    a.enabled_extensions = {VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME};
+    a.update_after_bind_enabled = d.enabled().update_after_bind;
+    a.compute_lock.lock = [&, i] {
+      if (i == 1 && caller == 1) {
+        std::unique_lock lock(m);
+        if (!held) {
+          held = true;
+          cv.wait_for(lock, 1s, [&] { return second_at_1; });
+        }
+      }
+      queue_mutex[i].lock();
+    };
+    a.compute_lock.unlock = [&, i] {
+      queue_mutex[i].unlock();
+      std::lock_guard lock(m);
+      if (i == 0 && caller == 1) first_at_0 = true;
+      if (i == 1 && caller == 2) second_at_1 = true;
+      cv.notify_all();
+    };
+  }
+  {
+    auto group = DeviceGroup::adopt(adopted);
+    Rig r1(group, 4096), r2(group, 4096);  // before the communicators: they go first
+    Options o;
+    o.timeout = 3s;
+    Communicator<ProxyBridge> one(group, o), two(group, o);
+    const auto x1 = integer_inputs(2, 4096, 51), x2 = integer_inputs(2, 4096, 52);
+    r1.write(x1);
+    r2.write(x2);
+    std::optional<Error> e1, e2;
+    std::thread t1([&] {
+      caller = 1;
+      try {
+        one.allreduce(r1.spans()).wait();
+      } catch (const Error& e) {
+        e1 = e;
+      }
+    });
+    std::thread t2([&] {
+      caller = 2;
+      {
+        std::unique_lock lock(m);
+        cv.wait_for(lock, 2s, [&] { return first_at_0; });
+      }
+      try {
+        two.allreduce(r2.spans()).wait();
+      } catch (const Error& e) {
+        e2 = e;
+      }
+    });
+    t1.join();
+    t2.join();
+    CHECK(first_at_0);
+    if (e1) FAIL_CHECK("caller 1: " << std::string(e1->what()));
+    if (e2) FAIL_CHECK("caller 2: " << std::string(e2->what()));
+    if (!e1 && !e2) {
+      for (const auto& r : r1.read()) CHECK(bit_identical(r, integer_sum(x1)));
+      for (const auto& r : r2.read()) CHECK(bit_identical(r, integer_sum(x2)));
+    }
+  }
+  env.check_validation();
+}
+
+TEST_CASE("two communicators on one group, 50 calls each from two threads, OneShot and ring: every result right") {
+  // Without one submission order per group this deadlocked within 10 calls here.
+  VkEnv env(3, false);
+  if (!env.ok()) return;
+  Options o = test_opts();
+  o.timeout = 20s;
+  Communicator<ProxyBridge> one(env.group(), o), two(env.group(), o);
+  auto run = [&](Communicator<ProxyBridge>& comm, std::uint64_t seed, int& checked) {
+    for (int i = 0; i < 50; ++i) {
+      const std::size_t count = i % 4 == 3 ? 1200000 : 3000 + std::size_t(i) * 7;  // ring every fourth call
+      Rig rig(env.group(), count);
+      const auto x = integer_inputs(3, count, seed + i);
+      rig.write(x);
+      comm.allreduce(rig.spans(), {.defer = i % 3 == 1}).wait();
+      const auto expect = integer_sum(x);
+      bool right = true;
+      for (const auto& r : rig.read()) right &= bit_identical(r, expect);
+      checked += right;
+    }
+  };
+  int c1 = 0, c2 = 0;
+  std::optional<Error> e1, e2;
+  std::thread t1([&] {
+    try {
+      run(one, 1000, c1);
+    } catch (const Error& e) {
+      e1 = e;
+    }
+  });
+  std::thread t2([&] {
+    try {
+      run(two, 2000, c2);
+    } catch (const Error& e) {
+      e2 = e;
+    }
+  });
+  t1.join();
+  t2.join();
+  if (e1) FAIL_CHECK(std::string(e1->what()));
+  if (e2) FAIL_CHECK(std::string(e2->what()));
+  CHECK(c1 == 50);
+  CHECK(c2 == 50);
+}
+
 TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
   VkEnv env(3);
   if (!env.ok()) return;
@@ -420,6 +588,17 @@ TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
   s = spans;
   s[1].buffer = vk::Buffer{};                         // no buffer
   refused(s);
+  s = spans;
+  s[0].offset = ~vk::DeviceSize{0} - 15;              // 2^64 - 16: aligned, and offset + bytes wraps past 2^64
+  refused(s);
+  s[0].buffer_size = 0;                               // the same, with the buffer's size asked of Vulkan
+  refused(s);
+  s = spans;
+  s[1].offset = rig.buffer(1).size() + 16;            // starts past the buffer's end
+  refused(s);
+  // Enum values no enumerator names, as a cast or a corrupted struct makes them.
+  refused(spans, {.wire = static_cast<Wire>(7)});
+  refused(spans, {.wire = static_cast<Wire>(-1)});
   const TimelinePoint two_points[2] = {};
   refused(spans, {.ready = two_points});              // ready points for 2 of 3 devices
   const bool two_flags[2] = {true, true};
@@ -433,6 +612,36 @@ TEST_CASE("bad input is refused with nothing enqueued and nothing changed") {
   // Nothing was enqueued by the refused calls: the next call is exact.
   comm.allreduce(spans).wait();
   for (const auto& r : rig.read()) CHECK(bit_identical(r, integer_sum(x)));
+}
+
+TEST_CASE("options holding enum values no enumerator names are refused when the communicator is built") {
+  VkEnv env(2);
+  if (!env.ok()) return;
+  auto refused = [&](const Options& o) {
+    CHECK(code_of([&] { Communicator<ProxyBridge> comm(env.group(), o); }) == ErrorCode::invalid_argument);
+    CHECK(code_of([&] { (void)make_communicator(env.group(), o); }) == ErrorCode::invalid_argument);
+  };
+  Options o = test_opts();
+  o.wire = static_cast<Wire>(3);
+  refused(o);
+  o = test_opts();
+  o.algo = static_cast<AlgoChoice>(5);
+  refused(o);
+  o = test_opts();
+  o.downloads = static_cast<DownloadQueue>(2);
+  refused(o);
+  o = test_opts();
+  o.sync = static_cast<SyncChoice>(-4);
+  CHECK(code_of([&] { (void)make_communicator(env.group(), o); }) == ErrorCode::invalid_argument);
+  // A schedule asked of the algorithm directly is checked too.
+  Communicator<ProxyBridge> comm(env.group(), test_opts());
+  CHECK(code_of([&] { (void)comm.schedule_request(4096, static_cast<Wire>(9)); }) == ErrorCode::invalid_argument);
+  ScheduleRequest rq = comm.schedule_request(4096);
+  rq.wire = static_cast<Wire>(4);
+  CHECK(code_of([&] { (void)BySize::build(rq); }) == ErrorCode::invalid_argument);
+  rq = comm.schedule_request(4096);
+  rq.choice = static_cast<AlgoChoice>(8);
+  CHECK(code_of([&] { (void)BySize::build(rq); }) == ErrorCode::invalid_argument);
 }
 
 TEST_CASE("done points order the caller's own GPU work after the sum, with no host wait") {

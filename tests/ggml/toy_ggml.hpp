@@ -522,7 +522,7 @@ struct LogCapture {
   std::string all() {
     std::lock_guard lock(mutex);
     std::string s;
-    for (const auto& [l, t] : lines) s += std::string(tpar::detail::level_name(l)) + ": " + t + "\n";
+    for (const auto& [l, t] : lines) s += std::string(tpar::to_string(l)) + ": " + t + "\n";
     return s;
   }
 };

@@ -18,6 +18,7 @@ struct BySize {
   }
 
   static Schedule build(const ScheduleRequest& rq) {
+    rq.validate_enums();
     return use_oneshot(rq) ? OneShot::build(rq) : ChunkedRing::build(rq);
   }
 };

@@ -56,6 +56,7 @@ struct ChunkedRing {
   }
 
   static Schedule build(const ScheduleRequest& rq) {
+    rq.validate_enums();
     using detail::align_up;
     const std::uint32_t n = rq.devices;
     const std::size_t per_chunk = pieces_per_chunk(rq);

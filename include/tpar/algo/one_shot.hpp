@@ -12,6 +12,7 @@ struct OneShot {
   static constexpr std::string_view name = "oneshot";
 
   static Schedule build(const ScheduleRequest& rq) {
+    rq.validate_enums();
     using detail::align_up;
     const std::uint32_t n = rq.devices;
     const std::uint64_t wire_bytes = wire_words(rq.wire, rq.count) * 4;

@@ -32,6 +32,13 @@ struct ScheduleRequest {
   std::size_t oneshot_max_bytes = std::size_t{12} << 20;
 
   bool contributes(std::uint32_t device) const { return (contributing >> device) & 1u; }
+
+  // Throws Error(invalid_argument) where `wire` or `choice` holds a value no enumerator
+  // names: algorithms size staging and pick shaders by them.
+  void validate_enums() const {
+    detail::require_known(wire, all_wires, "ScheduleRequest::wire");
+    detail::require_known(choice, all_algo_choices, "ScheduleRequest::choice");
+  }
 };
 
 // The empty schedule an algorithm fills: one entry per device, no staging yet.

@@ -90,6 +90,7 @@ inline AnyCommunicator make_communicator(DeviceGroup group, Options options = {}
   // Who asked for a sync: the environment where it set one, else the caller's options.
   const char* const sync_env = detail::env_value("TPAR_SYNC");
   options = options.with_environment();
+  options.validate_enums();
   const std::string asked = sync_env ? "TPAR_SYNC=" + std::string(sync_env) : "the sync option";
   const SyncGate gate = group.sync_gate();
   if (options.sync == SyncChoice::native && !gate.native_possible)

@@ -18,10 +18,13 @@
 #include <tpar/sync/concepts.hpp>
 #include <tpar/sync/proxy_bridge.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <list>
 #include <memory>
 #include <optional>
 #include <span>
+#include <thread>
 
 namespace tpar::inline v0 {
 
@@ -69,6 +72,7 @@ class Communicator {
         options_(options),
         health_(std::make_shared<detail::Health>()),
         deferral_(std::make_shared<detail::Deferral>()) {
+    options_.validate_enums();
     if (options_.depth < 1 || options_.depth > 8)
       throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 1 to 8");
     if (options_.lanes < 1 || options_.lanes > 64)
@@ -102,11 +106,19 @@ class Communicator {
       log(LogLevel::error, std::string("submitting deferred calls on destruction: ") + e.what());
     }
     deferral_->owner = nullptr;
-    if (drain(options_.timeout) && settle(options_.timeout)) {
+    const bool drained = drain(options_.timeout);
+    if (drained && settle(options_.timeout)) {
       release_all();
       return;
     }
-    sync_->release_waiters();
+    if (!drained) {
+      try {
+        log(LogLevel::error, "communicator destroyed while its work did not finish within the timeout (" + progress() +
+                                 "): its cross-device waits are released, so the buffers of the calls in flight hold undefined values");
+      } catch (...) {
+      }
+      sync_->release_waiters();
+    }
     if (drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
       release_all();
       return;
@@ -133,7 +145,8 @@ class Communicator {
   static constexpr SyncKind sync_kind() { return Sync::kind; }
 
   // The error that failed this communicator, if any. A failed communicator refuses new
-  // calls; build a new one.
+  // calls; build a new one. After a ready point that never came, a new one on the same
+  // group queues behind that point too, until it is signalled (docs/api.md).
   std::optional<Error> failure() const { return health_->error(); }
 
   // Host staging this communicator holds now, in bytes (all devices).
@@ -261,9 +274,14 @@ class Communicator {
   void flush() {
     if (pending_.empty()) return;
     const std::size_t n = size();
+    // Every device's share in one piece: another communicator of the group must not put
+    // its batches between ours on one queue and behind ours on another.
+    const auto order = group_.lock_submissions();
+    for (auto& f : flushed_) f.clear();
     try {
       for (std::size_t d = 0; d < n; ++d) submit_pending(d);
     } catch (...) {
+      abandon_pending();
       pending_.clear();  // the communicator failed; its tickets report that
       throw;
     }
@@ -284,6 +302,7 @@ class Communicator {
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
+    if (wire) detail::require_known(*wire, all_wires, "the wire asked for");
     const std::size_t n = size();
     ScheduleRequest rq;
     rq.devices = static_cast<std::uint32_t>(n);
@@ -334,6 +353,7 @@ class Communicator {
     deferral_->owner = this;
     deferral_->flush = [](void* self) { static_cast<Communicator*>(self)->flush(); };
     gather_.resize(n);
+    flushed_.resize(n);
     pending_.reserve(options_.depth);
     sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources), options_.timeout,
                                    [h = health_](const Error& e) { h->fail(e); });
@@ -354,6 +374,7 @@ class Communicator {
       bad("allreduce got " + std::to_string(args.ready.size()) + " ready points for " + std::to_string(n) + " devices");
     if (!args.contributes.empty() && args.contributes.size() != n)
       bad("allreduce got " + std::to_string(args.contributes.size()) + " contribution flags for " + std::to_string(n) + " devices");
+    if (args.wire) detail::require_known(*args.wire, all_wires, "AllreduceArgs::wire");
     const std::size_t count = spans[0].count;
     for (std::size_t d = 0; d < n; ++d) {
       const BufferSpan& s = spans[d];
@@ -378,7 +399,8 @@ class Communicator {
         group_[d].handle().getBufferMemoryRequirements(s.buffer, &req);
         size = req.size;
       }
-      if (s.offset + s.bytes() > size)
+      // Written so that nothing wraps: an offset near 2^64 plus the span's bytes would.
+      if (s.offset > size || s.bytes() > size - s.offset)
         bad(who + " (offset " + std::to_string(s.offset) + ", " + std::to_string(count) + " values) ends past the end of its buffer (" +
             std::to_string(size) + " bytes)");
     }
@@ -673,9 +695,9 @@ class Communicator {
       if (r != vk::Result::eSuccess) {
         const Error e(detail::code_for(r), "vkQueueSubmit on device " + std::to_string(d) + ": " + vk::to_string(r), r);
         health_->fail(e);
-        sync_->release_waiters();
         throw e;
       }
+      flushed_[d].push_back(&q);
     };
     if (pending_.size() == 1) {
       for (const auto& g : pending_[0].plan->submits[d][pending_[0].parity].groups) submit_to(c.queue(g.role), g.infos);
@@ -694,6 +716,80 @@ class Communicator {
       for (std::size_t k = 0; k < used; ++k) submit_to(*queues[k], gather_[d][k].build());
     }
     std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
+  }
+
+  // After a vkQueueSubmit failed part-way through flush(): the batches that reached a
+  // queue may wait on values that only the batches that did not would have signalled
+  // (a peer's uploads, this device's other queue). The sync policy releases its waiters,
+  // and those values are signalled from the host, each once the GPU reached the value
+  // before it (a host signal may not pass a signal still pending on the GPU), so that
+  // every queue drains, bounded by the timeout. The communicator is failed already; the
+  // calls' buffers hold undefined values.
+  void abandon_pending() noexcept {
+    try {
+      const std::size_t n = size();
+      for (const auto& p : pending_)
+        for (std::size_t d = 0; d < n; ++d)
+          for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
+            sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
+      sync_->release_waiters();
+      struct Owed {
+        vk::Device device;
+        vk::Semaphore semaphore;
+        std::vector<std::uint64_t> values;  // signalled by no batch that reached a queue
+      };
+      std::vector<Owed> owed;
+      for (std::size_t d = 0; d < n; ++d) {
+        auto& c = ctx_[d];
+        for (const auto& p : pending_)
+          for (const auto& g : p.plan->submits[d][p.parity].groups) {
+            const Queue* q = &c.queue(g.role);
+            if (std::find(flushed_[d].begin(), flushed_[d].end(), q) != flushed_[d].end()) continue;
+            for (std::size_t k = 0; k < g.infos.size(); ++k)
+              for (std::uint32_t i = 0; i < g.infos[k].signalSemaphoreCount; ++i) {
+                const vk::Semaphore sem = g.infos[k].pSignalSemaphores[i];
+                auto it = std::find_if(owed.begin(), owed.end(), [&](const Owed& o) { return o.semaphore == sem; });
+                if (it == owed.end()) it = owed.insert(owed.end(), {c.device->handle(), sem, {}});
+                it->values.push_back(g.timeline_infos[k].pSignalSemaphoreValues[i]);
+              }
+          }
+      }
+      for (auto& o : owed) std::sort(o.values.begin(), o.values.end());
+      const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+      bool left = !owed.empty();
+      while (left && std::chrono::steady_clock::now() < deadline) {
+        left = false;
+        bool advanced = false;
+        for (auto& o : owed) {
+          if (o.values.empty()) continue;
+          std::uint64_t now = 0;
+          if (o.device.getSemaphoreCounterValue(o.semaphore, &now) != vk::Result::eSuccess) {
+            o.values.clear();  // the device is lost: nothing waits on it any more
+            continue;
+          }
+          if (now + 1 < o.values.front()) {
+            left = true;  // the GPU has not reached the value before it yet
+            continue;
+          }
+          std::size_t last = 0;  // the run of owed values that follows
+          while (last + 1 < o.values.size() && o.values[last + 1] == o.values[last] + 1) ++last;
+          const vk::SemaphoreSignalInfo info(o.semaphore, o.values[last]);
+          if (o.values[last] > now && o.device.signalSemaphore(&info) != vk::Result::eSuccess) {
+            o.values.clear();
+            continue;
+          }
+          o.values.erase(o.values.begin(), o.values.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+          left |= !o.values.empty();
+          advanced = true;
+        }
+        if (left && !advanced) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (left)
+        log(LogLevel::error, "a failed submission left batches on the GPU that did not drain within the timeout: " + progress());
+      for (auto& c : ctx_) std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
+    } catch (const std::exception& e) {
+      log(LogLevel::error, std::string("releasing the batches of a failed submission: ") + e.what());
+    }
   }
 
   // Each device's timelines against what was submitted, and the sync policy's state:
@@ -885,6 +981,7 @@ class Communicator {
     generation_.reset();
     sync_.reset();
     for (auto& c : ctx_) {
+      if (!c.device) continue;  // creation failed before this device was reached
       const vk::Device vkd = c.device->handle();
       if (c.transfer_pool && c.transfer_pool != c.compute_pool) vkd.destroyCommandPool(c.transfer_pool);
       if (c.compute_pool) vkd.destroyCommandPool(c.compute_pool);
@@ -902,6 +999,7 @@ class Communicator {
   };
   std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
   std::vector<std::array<detail::MergedBatches, role_count>> gather_;  // by device, queue: flush()'s batches
+  std::vector<std::vector<const Queue*>> flushed_;  // by device: the queues this flush() has submitted to
   std::vector<detail::DeviceContext> ctx_;
   std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;

@@ -107,6 +107,9 @@ class Ticket {
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
       const vk::Result r = detail::wait_all(w.device, w.semaphores, w.values, left);
       if (r == vk::Result::eSuccess) continue;
+      // A failure met first elsewhere (a sync thread, an earlier call) is the cause.
+      if (health_)
+        if (auto e = health_->error()) throw *e;
       const Error e = r == vk::Result::eTimeout
                           ? Error(ErrorCode::timeout,
                                   "allreduce did not finish on device " + std::to_string(d) + " within " +

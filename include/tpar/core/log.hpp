@@ -16,6 +16,16 @@ namespace tpar::inline v0 {
 
 enum class LogLevel { debug, info, warning, error };
 
+constexpr std::string_view to_string(LogLevel level) {
+  switch (level) {
+    case LogLevel::debug: return "debug";
+    case LogLevel::info: return "info";
+    case LogLevel::warning: return "warning";
+    case LogLevel::error: return "error";
+  }
+  return "?";
+}
+
 using LogSink = std::function<void(LogLevel, std::string_view)>;
 
 namespace detail {
@@ -47,16 +57,6 @@ inline LogState& log_state() {
   return state;
 }
 
-inline const char* level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::debug: return "debug";
-    case LogLevel::info: return "info";
-    case LogLevel::warning: return "warning";
-    case LogLevel::error: return "error";
-  }
-  return "?";
-}
-
 }  // namespace detail
 
 // Replaces the sink (nullptr restores the default, which prints warnings and errors
@@ -67,13 +67,17 @@ inline void set_log_sink(LogSink sink) {
   state.sink = std::move(sink);
 }
 
+// A level no enumerator names is logged as an error: logging never throws (it runs on
+// failure paths and in destructors), and a message must not vanish below the threshold.
 inline void log(LogLevel level, std::string_view message) {
+  if (to_string(level) == "?") level = LogLevel::error;
   auto& state = detail::log_state();
   std::lock_guard lock(state.mutex);
   if (state.sink) {
     state.sink(level, message);
   } else if (level >= state.threshold) {
-    std::fprintf(stderr, "tpar %s: %.*s\n", detail::level_name(level), static_cast<int>(message.size()),
+    const std::string_view name = to_string(level);
+    std::fprintf(stderr, "tpar %.*s: %.*s\n", static_cast<int>(name.size()), name.data(), static_cast<int>(message.size()),
                  message.data());
   }
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <tpar/core/wire.hpp>
+#include <tpar/detail/known_enum.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -22,6 +23,10 @@ enum class AlgoChoice { automatic, ring, oneshot };
 // one), the combine waiting for them. On H200s separate moved the ring's busbw by -13% to
 // +10% depending on size and group (docs/PERFORMANCE.md), so compute is the default.
 enum class DownloadQueue { compute, separate };
+
+inline constexpr std::array<SyncChoice, 3> all_sync_choices{SyncChoice::automatic, SyncChoice::native, SyncChoice::proxy};
+inline constexpr std::array<AlgoChoice, 3> all_algo_choices{AlgoChoice::automatic, AlgoChoice::ring, AlgoChoice::oneshot};
+inline constexpr std::array<DownloadQueue, 2> all_download_queues{DownloadQueue::compute, DownloadQueue::separate};
 
 constexpr std::string_view to_string(SyncChoice s) {
   switch (s) {
@@ -87,6 +92,15 @@ struct Options {
   // These options with TPAR_SYNC, TPAR_ALGO and TPAR_WIRE applied where set. An unknown
   // value throws an Error that lists the valid ones.
   Options with_environment() const;
+
+  // Throws Error(invalid_argument) where an enum field holds a value no enumerator names
+  // (communicators check their options with it before building anything).
+  void validate_enums() const {
+    detail::require_known(sync, all_sync_choices, "Options::sync");
+    detail::require_known(algo, all_algo_choices, "Options::algo");
+    if (wire) detail::require_known(*wire, all_wires, "Options::wire");
+    detail::require_known(downloads, all_download_queues, "Options::downloads");
+  }
 };
 
 namespace detail {

@@ -130,7 +130,9 @@ inline std::unique_ptr<SelfTestLeftovers> native_import_self_test(const DeviceGr
                                                 " ms device " + std::to_string(d) + " reads " +
                                                 std::to_string(t->imports[d][j].value()) + ", expected 1)");
 
-  // (2) Every queue signals its source, then waits on all its imports for their sources.
+  // (2) Every queue signals its source, then waits on all its imports for their sources:
+  // submitted in one piece (DeviceGroup::lock_submissions), as a communicator's calls are.
+  auto order = group.lock_submissions();
   for (std::size_t d = 0; d < n; ++d) {
     t->marks.emplace_back(group[d].handle());
     t->reached.emplace_back(group[d].handle());
@@ -139,6 +141,7 @@ inline std::unique_ptr<SelfTestLeftovers> native_import_self_test(const DeviceGr
       if (j != d) waits.push_back(t->imports[d][j].handle());
     submit_check(group[d], t->sources[d].handle(), t->marks[d].handle(), waits, 2, t->reached[d].handle());
   }
+  order.unlock();
   // One bound for all devices: a busy queue delays its peers' checks too.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (std::size_t d = 0; d < n; ++d) {

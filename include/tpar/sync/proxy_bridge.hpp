@@ -24,7 +24,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <string>
 #include <thread>
+
+#if defined(__linux__)
+#include <pthread.h>
+#endif
 
 namespace tpar::inline v0 {
 
@@ -53,7 +58,11 @@ class ProxyBridge {
       sources_.push_back(std::move(s));
     }
     if (n > 1)
-      for (auto& s : sources_) s->thread = std::thread([this, src = s.get()] { run(*src); });
+      for (auto& s : sources_)
+        s->thread = std::thread([this, src = s.get()] {
+          name_this_thread(src->index);
+          run(*src);
+        });
   }
   ProxyBridge(const ProxyBridge&) = delete;
   ProxyBridge& operator=(const ProxyBridge&) = delete;
@@ -124,16 +133,26 @@ class ProxyBridge {
     std::thread thread;
   };
 
-  // Signals every awaited value of `dst` up to `now`, in order.
+  // "tpar-bridge-J", so that tools (top -H, tpar-idle-cpu) tell tpar's threads from the
+  // driver's and the host's.
+  static void name_this_thread([[maybe_unused]] std::uint32_t source) {
+#if defined(__linux__)
+    const std::string name = "tpar-bridge-" + std::to_string(source);
+    (void)::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str());
+#endif
+  }
+
+  // Signals every awaited value of `dst` up to `now`, in order. A value whose signal
+  // failed stays awaited, for release() to try again.
   static void forward(Source& s, std::size_t dst, std::uint64_t now) {
     auto& q = s.awaited[dst];
     while (!q.empty() && q.front() <= now) {
       const std::uint64_t v = q.front();
-      q.pop_front();
       if (v > s.signaled[dst]) {
         s.mirrors[dst].signal(v);
         s.signaled[dst] = v;
       }
+      q.pop_front();
     }
   }
 
@@ -179,8 +198,12 @@ class ProxyBridge {
         try {
           forward(s, d, now);
         } catch (const Error& e) {
+          // The communicator is failed now: let every queue waiting through this bridge
+          // go on at once (release() gives up on a destination whose signal fails again),
+          // rather than leave it blocked until someone's wait times out.
           fail(s, e);
-          s.awaited[d].clear();  // nothing more can be done for it
+          release(s);
+          break;
         }
       }
     }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -90,6 +91,7 @@ struct GroupState {
   PFN_vkDestroyDebugUtilsMessengerEXT destroy_messenger = nullptr;
   std::function<void(const ValidationMessage&)> on_validation;
   std::vector<std::unique_ptr<Device>> devices;
+  std::mutex submission_order;  // DeviceGroup::lock_submissions()
 
   GroupState() = default;
   GroupState(const GroupState&) = delete;
@@ -117,21 +119,29 @@ inline std::string lower(std::string s) {
   return s;
 }
 
+// A failed enumeration throws: read as "none", it would turn an out-of-memory into "the
+// validation layer is not installed", or quietly drop an extension the instance needs.
 inline bool has_layer(const char* name) {
   std::uint32_t n = 0;
-  if (vk::enumerateInstanceLayerProperties(&n, nullptr) != vk::Result::eSuccess) return false;
+  check(vk::enumerateInstanceLayerProperties(&n, nullptr), "vkEnumerateInstanceLayerProperties");
   std::vector<vk::LayerProperties> layers(n);
-  if (vk::enumerateInstanceLayerProperties(&n, layers.data()) != vk::Result::eSuccess) return false;
+  check(vk::enumerateInstanceLayerProperties(&n, layers.data()), "vkEnumerateInstanceLayerProperties");
   for (std::uint32_t i = 0; i < n; ++i)
     if (std::string_view(layers[i].layerName.data()) == name) return true;
   return false;
 }
 
+// The instance extensions of the loader and drivers, or of `layer` (none where the
+// layer is not installed).
 inline std::vector<vk::ExtensionProperties> instance_extensions(const char* layer) {
   std::uint32_t n = 0;
-  if (vk::enumerateInstanceExtensionProperties(layer, &n, nullptr) != vk::Result::eSuccess) return {};
+  vk::Result r = vk::enumerateInstanceExtensionProperties(layer, &n, nullptr);
+  if (r == vk::Result::eErrorLayerNotPresent) return {};
+  check(r, "vkEnumerateInstanceExtensionProperties");
   std::vector<vk::ExtensionProperties> exts(n);
-  if (vk::enumerateInstanceExtensionProperties(layer, &n, exts.data()) != vk::Result::eSuccess) return {};
+  r = vk::enumerateInstanceExtensionProperties(layer, &n, exts.data());
+  if (r == vk::Result::eErrorLayerNotPresent) return {};
+  check(r, "vkEnumerateInstanceExtensionProperties");
   exts.resize(n);
   return exts;
 }
@@ -445,6 +455,17 @@ class DeviceGroup {
     for (std::size_t i = 0; i < size(); ++i) fd_enabled[i] = state_->devices[i]->enabled().external_semaphore_fd;
     return tpar::sync_gate(caps, std::span<const bool>(fd_enabled, size()));
   }
+
+  // One submission order for the whole group. Each device's queues start batches in
+  // submission order, so two submissions spanning several devices whose batches wait on
+  // each other's devices (two communicators' calls, used from two threads) must reach
+  // every queue in the same order, or each waits behind the other's until both time out.
+  // Every such submission holds this lock from its first vkQueueSubmit to its last: a
+  // communicator's flush, NativeImport's self-test. Copies of the group share it; a host
+  // that submits cross-device work of its own on these queues may take it too. Order:
+  // this lock first, then a queue's lock (the host's, on adopted devices), never the
+  // reverse.
+  [[nodiscard]] std::unique_lock<std::mutex> lock_submissions() const { return std::unique_lock(state_->submission_order); }
 
   // Shared ownership of the group's Vulkan objects (communicators keep it alive).
   const std::shared_ptr<detail::GroupState>& state() const { return state_; }
