@@ -31,7 +31,7 @@ case "$kind" in
 esac
 "$root/scripts/setup.sh" test
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" \
-      -DTPAR_SANITIZE="$kind" -DTPAR_BUILD_EXAMPLES=OFF >/dev/null
+      -DTPAR_SANITIZE="$kind" -DTPAR_BUILD_EXAMPLES=OFF -DTPAR_LLAMA_TESTS=OFF >/dev/null
 cmake --build "$build" --target "${targets[@]}"
 # The plain suite runs under the validation layer; here it would cost more time than
 # the sanitizers themselves (its 1.3.239 timeline tracking stalls, and it is not
