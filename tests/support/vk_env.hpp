@@ -75,9 +75,10 @@ inline bool use_real_gpus() {
   return v && std::string(v) == "gpus";
 }
 
-inline tpar::GroupOptions test_options(ValidationLog& log, std::uint32_t n) {
+inline tpar::GroupOptions test_options(ValidationLog& log, std::uint32_t n, bool sync_validation = true) {
   tpar::GroupOptions o;
   o.validation = !std::getenv("TPAR_TEST_NO_VALIDATION");
+  o.sync_validation = sync_validation;
   o.on_validation = [&log](const tpar::ValidationMessage& m) { log.add(m); };
   if (use_real_gpus()) o.select.first(n);
   else o.select.virtual_devices(n);
@@ -131,7 +132,9 @@ class TestBuffer {
 // validation layer reported an error while it lived.
 class VkEnv {
  public:
-  explicit VkEnv(std::uint32_t n) : group_(make(n)) {}
+  // `sync_validation`: the layer's synchronization validation too (docs/testing.md says
+  // where the tests leave it off, and why).
+  explicit VkEnv(std::uint32_t n, bool sync_validation = true) : group_(make(n, sync_validation)) {}
   ~VkEnv() { check_validation(); }
   tpar::DeviceGroup& group() { return *group_; }
   bool ok() const { return group_.has_value(); }
@@ -146,9 +149,9 @@ class VkEnv {
   }
 
  private:
-  std::optional<tpar::DeviceGroup> make(std::uint32_t n) {
+  std::optional<tpar::DeviceGroup> make(std::uint32_t n, bool sync_validation) {
     try {
-      return tpar::DeviceGroup::create(test_options(log_, n));
+      return tpar::DeviceGroup::create(test_options(log_, n, sync_validation));
     } catch (const tpar::Error& e) {
       if (use_real_gpus() && e.code() == tpar::ErrorCode::no_match) {
         MESSAGE("[skipped] " << n << " GPUs are needed: " << std::string(e.what()));
