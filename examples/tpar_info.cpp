@@ -60,6 +60,11 @@ void print_text(const tpar::DeviceGroup& g) {
     std::printf("  storage buffers      offset alignment %llu, max range %llu\n",
                 static_cast<unsigned long long>(c.min_storage_offset_alignment),
                 static_cast<unsigned long long>(c.max_storage_buffer_range));
+    std::printf("  mappable device mem  %s", c.host_visible_device_local_heap ? "" : "none");
+    if (c.host_visible_device_local_heap)
+      std::printf("%llu MiB", static_cast<unsigned long long>(c.host_visible_device_local_heap >> 20));
+    std::printf(", device clock in shaders %s%s\n", yes(d.enabled().shader_device_clock),
+                c.shader_loops_bounded() ? ", shader loops bounded by the driver" : "");
     std::printf("\n");
   }
   const auto gate = g.sync_gate();
@@ -67,8 +72,15 @@ void print_text(const tpar::DeviceGroup& g) {
   std::printf("  cross-device sync    %s: %s\n", std::string(to_string(gate.choice)).c_str(), gate.reason.c_str());
   std::printf("  staging              %s\n", staging_status(g).c_str());
   const tpar::Options o;
-  std::printf("  algorithm            OneShot while payload x (n-1) <= %zu MiB, ChunkedRing above (TPAR_ALGO)\n",
-              o.oneshot_max_bytes >> 20);
+  const auto relay = g.relay_gate();
+  std::printf("  relay                %s: %s\n", relay.automatic ? "automatic" : relay.possible ? "when asked for" : "unavailable",
+              relay.reason.c_str());
+  if (relay.automatic)
+    std::printf("  algorithm            the relay up to %zu KiB, OneShot while payload x (n-1) <= %zu MiB, ChunkedRing above (TPAR_ALGO)\n",
+                o.relay_max_bytes >> 10, o.oneshot_max_bytes >> 20);
+  else
+    std::printf("  algorithm            OneShot while payload x (n-1) <= %zu MiB, ChunkedRing above (TPAR_ALGO)\n",
+                o.oneshot_max_bytes >> 20);
   std::printf("  wire                 f32 below %zu KiB, bf16 from there (TPAR_WIRE)\n", o.bf16_min_bytes >> 10);
 }
 
@@ -95,14 +107,20 @@ void print_json(const tpar::DeviceGroup& g) {
     std::printf("     \"timeline_fd_exportable\": %s, \"timeline_fd_importable\": %s, \"shader_float16\": %s, \"storage_16bit\": %s,\n",
                 c.timeline_fd_exportable ? "true" : "false", c.timeline_fd_importable ? "true" : "false",
                 c.shader_float16 ? "true" : "false", c.storage_16bit ? "true" : "false");
-    std::printf("     \"min_storage_offset_alignment\": %llu, \"max_storage_buffer_range\": %llu}%s\n",
+    std::printf("     \"min_storage_offset_alignment\": %llu, \"max_storage_buffer_range\": %llu,\n",
                 static_cast<unsigned long long>(c.min_storage_offset_alignment),
-                static_cast<unsigned long long>(c.max_storage_buffer_range), i + 1 < g.size() ? "," : "");
+                static_cast<unsigned long long>(c.max_storage_buffer_range));
+    std::printf("     \"host_visible_device_local_bytes\": %llu, \"shader_device_clock\": %s, \"shader_loops_bounded\": %s}%s\n",
+                static_cast<unsigned long long>(c.host_visible_device_local_heap), d.enabled().shader_device_clock ? "true" : "false",
+                c.shader_loops_bounded() ? "true" : "false", i + 1 < g.size() ? "," : "");
   }
   const auto gate = g.sync_gate();
   std::printf("  ],\n  \"sync\": {\"choice\": %s, \"native_possible\": %s, \"reason\": %s},\n",
               json_string(to_string(gate.choice)).c_str(), gate.native_possible ? "true" : "false",
               json_string(gate.reason).c_str());
+  const auto relay = g.relay_gate();
+  std::printf("  \"relay\": {\"possible\": %s, \"automatic\": %s, \"reason\": %s},\n", relay.possible ? "true" : "false",
+              relay.automatic ? "true" : "false", json_string(relay.reason).c_str());
   std::printf("  \"staging\": %s\n}\n", json_string(staging_status(g)).c_str());
 }
 
@@ -118,8 +136,8 @@ int main(int argc, char** argv) {
       std::printf(
           "Usage: tpar-info [options]\n"
           "Lists the Vulkan devices tpar would use, what each offers the AllReduce (queues,\n"
-          "host-memory import, shareable timeline semaphores, f16), and the transport tpar\n"
-          "would choose for them as a group.\n\n"
+          "host-memory import, shareable timeline semaphores, f16, host-visible device\n"
+          "memory for the relay), and the transport tpar would choose for them as a group.\n\n"
           "  --json                machine-readable output\n"
           "  -h, --help            this text\n\n%s",
           tpar_cli::device_flags_help());
