@@ -39,7 +39,9 @@ layout(set = 0, binding = 1, std430) coherent volatile buffer Slot {
   uint w[];
 } slot;
 
-layout(set = 0, binding = 2, std430) coherent buffer Publish {
+// Volatile as well: on NVIDIA volatile accesses have system scope, so the stores leave
+// the GPU while the kernel runs rather than when its caches are flushed.
+layout(set = 0, binding = 2, std430) coherent volatile buffer Publish {
   uint header[64];
   uvec2 unit[];
 } pub;
