@@ -36,7 +36,23 @@ std::string staging_status(const tpar::DeviceGroup& g) {
   }
 }
 
-void print_text(const tpar::DeviceGroup& g) {
+// What a communicator on this group would choose by default, TPAR_ALGO and TPAR_WIRE
+// applied: one sentence each, shared by the text and the JSON.
+std::string algorithm_text(const tpar::Options& o, const tpar::RelayGate& relay) {
+  const std::string by_size = "OneShot while payload x (n-1) <= " + std::to_string(o.oneshot_max_bytes >> 20) + " MiB, ChunkedRing above";
+  const std::string relay_part = "the relay up to " + std::to_string(o.relay_max_bytes >> 10) + " KiB, ";
+  if (o.algo == tpar::AlgoChoice::relay) return relay_part + "larger calls " + by_size + " (TPAR_ALGO=relay)";
+  if (o.algo != tpar::AlgoChoice::automatic)
+    return std::string(tpar::to_string(o.algo)) + " for every size (TPAR_ALGO=" + std::string(tpar::to_string(o.algo)) + ")";
+  return (relay.automatic ? relay_part : std::string()) + by_size + " (TPAR_ALGO)";
+}
+
+std::string wire_text(const tpar::Options& o) {
+  if (o.wire) return std::string(tpar::to_string(*o.wire)) + " for every size (TPAR_WIRE=" + std::string(tpar::to_string(*o.wire)) + ")";
+  return "f32 below " + std::to_string(o.bf16_min_bytes >> 10) + " KiB, bf16 from there (TPAR_WIRE)";
+}
+
+void print_text(const tpar::DeviceGroup& g, const tpar::Options& o) {
   std::printf("tpar %s: %zu device%s\n\n", TPAR_VERSION_STRING, g.size(), g.size() == 1 ? "" : "s");
   for (std::size_t i = 0; i < g.size(); ++i) {
     const auto& d = g[i];
@@ -71,20 +87,14 @@ void print_text(const tpar::DeviceGroup& g) {
   std::printf("transport for this group\n");
   std::printf("  cross-device sync    %s: %s\n", std::string(to_string(gate.choice)).c_str(), gate.reason.c_str());
   std::printf("  staging              %s\n", staging_status(g).c_str());
-  const tpar::Options o;
   const auto relay = g.relay_gate();
   std::printf("  relay                %s: %s\n", relay.automatic ? "automatic" : relay.possible ? "when asked for" : "unavailable",
               relay.reason.c_str());
-  if (relay.automatic)
-    std::printf("  algorithm            the relay up to %zu KiB, OneShot while payload x (n-1) <= %zu MiB, ChunkedRing above (TPAR_ALGO)\n",
-                o.relay_max_bytes >> 10, o.oneshot_max_bytes >> 20);
-  else
-    std::printf("  algorithm            OneShot while payload x (n-1) <= %zu MiB, ChunkedRing above (TPAR_ALGO)\n",
-                o.oneshot_max_bytes >> 20);
-  std::printf("  wire                 f32 below %zu KiB, bf16 from there (TPAR_WIRE)\n", o.bf16_min_bytes >> 10);
+  std::printf("  algorithm            %s\n", algorithm_text(o, relay).c_str());
+  std::printf("  wire                 %s\n", wire_text(o).c_str());
 }
 
-void print_json(const tpar::DeviceGroup& g) {
+void print_json(const tpar::DeviceGroup& g, const tpar::Options& o) {
   using tpar_cli::json_string;
   std::printf("{\n  \"tpar_version\": %s,\n  \"devices\": [\n", json_string(TPAR_VERSION_STRING).c_str());
   for (std::size_t i = 0; i < g.size(); ++i) {
@@ -121,7 +131,12 @@ void print_json(const tpar::DeviceGroup& g) {
   const auto relay = g.relay_gate();
   std::printf("  \"relay\": {\"possible\": %s, \"automatic\": %s, \"reason\": %s},\n", relay.possible ? "true" : "false",
               relay.automatic ? "true" : "false", json_string(relay.reason).c_str());
-  std::printf("  \"staging\": %s\n}\n", json_string(staging_status(g)).c_str());
+  std::printf("  \"staging\": %s,\n", json_string(staging_status(g)).c_str());
+  std::printf("  \"algorithm\": {\"choice\": %s, \"oneshot_max_bytes\": %zu, \"relay_max_bytes\": %zu, \"text\": %s},\n",
+              json_string(tpar::to_string(o.algo)).c_str(), o.oneshot_max_bytes, o.relay_max_bytes,
+              json_string(algorithm_text(o, relay)).c_str());
+  std::printf("  \"wire\": {\"choice\": %s, \"bf16_min_bytes\": %zu, \"text\": %s}\n}\n",
+              json_string(o.wire ? tpar::to_string(*o.wire) : "auto").c_str(), o.bf16_min_bytes, json_string(wire_text(o)).c_str());
 }
 
 }  // namespace
@@ -137,21 +152,24 @@ int main(int argc, char** argv) {
           "Usage: tpar-info [options]\n"
           "Lists the Vulkan devices tpar would use, what each offers the AllReduce (queues,\n"
           "host-memory import, shareable timeline semaphores, f16, host-visible device\n"
-          "memory for the relay), and the transport tpar would choose for them as a group.\n\n"
+          "memory for the relay), and the transport tpar would choose for them as a group: its\n"
+          "sync, staging, relay, and the algorithm and wire a communicator picks by default\n"
+          "(TPAR_ALGO and TPAR_WIRE applied; a bad value is a usage error).\n%s\n\n"
           "  --json                machine-readable output\n"
           "  -h, --help            this text\n\n%s",
-          tpar_cli::device_flags_help());
+          tpar_cli::exit_status_help, tpar_cli::device_flags_help());
       return 0;
     }
     if (a == "--json") json = true;
     else if (!tpar_cli::parse_device_flag(program, argc, argv, i, options)) tpar_cli::usage_error(program, "unknown option " + std::string(a));
   }
+  const tpar::Options defaults = tpar_cli::environment_options(program);
   try {
-    const auto group = tpar::DeviceGroup::create(options);
-    json ? print_json(group) : print_text(group);
+    const auto group = tpar_cli::open_group(options);
+    json ? print_json(group, defaults) : print_text(group, defaults);
   } catch (const tpar::Error& e) {
     std::fprintf(stderr, "tpar-info: %s\n", e.what());
-    return 1;
+    return tpar_cli::exit_runtime_failure;
   }
   return 0;
 }

@@ -3,12 +3,18 @@
 # Idempotent, and quiet when everything is already there.
 #   scripts/setup.sh         build + run: compiler, CMake, Ninja, Vulkan headers/loader and
 #                            lavapipe (the CPU driver, for machines without a GPU)
-#   scripts/setup.sh test    the above plus glslc, SPIR-V tools, doctest, the validation layers, pkg-config
+#   scripts/setup.sh test    the above plus glslc, SPIR-V tools, doctest, the validation layers,
+#                            pkg-config, and what building the pinned llama.cpp needs
+#   scripts/setup.sh llama   build + run, plus what building the pinned llama.cpp needs
 set -euo pipefail
 packages=(g++ cmake ninja-build libvulkan-dev libvulkan1 mesa-vulkan-drivers)
-if [[ "${1:-}" == test ]]; then
-  packages+=(glslc spirv-tools doctest-dev vulkan-validationlayers pkg-config)
-fi
+llama=(glslc spirv-headers patch xz-utils)
+case "${1:-}" in
+  "") ;;
+  test) packages+=(spirv-tools doctest-dev vulkan-validationlayers pkg-config "${llama[@]}") ;;
+  llama) packages+=("${llama[@]}") ;;
+  *) echo "setup: unknown profile '$1' (use: test, llama, or none)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")

@@ -2,12 +2,14 @@
 """Side-by-side tables and a busbw plot from tpar-bench and nccl_allreduce.py logs.
 
     python3 docs/perf/report.py            # prints the Markdown tables, writes docs/perf/busbw.svg
+    python3 docs/perf/report.py --check    # exits 1 unless docs/PERFORMANCE.md holds these tables
 
-Reads docs/perf/raw/{nccl,auto,native,proxy}-x{2,4}.txt (the logs the GPU runs wrote);
-needs nothing beyond Python 3.
+Reads docs/perf/raw/sweep-{nccl,default,link-native,proxy}-x{2,4}.txt (the logs of the sweeps the
+tables come from; the commands are in docs/PERFORMANCE.md); needs nothing beyond Python 3.
 """
 import os
 import re
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RAW = os.path.join(HERE, "raw")
@@ -15,7 +17,7 @@ RAW = os.path.join(HERE, "raw")
 
 def nccl(kind):
     out = {}
-    for line in open(os.path.join(RAW, f"nccl-{kind}.txt")):
+    for line in open(os.path.join(RAW, f"sweep-nccl-{kind}.txt")):
         m = re.match(r"(\S+) n=(\d+) bytes=\s*(\d+) time_us=\s*([\d.]+) algbw=\s*([\d.]+) busbw=\s*([\d.]+)", line)
         if m:
             out[(m.group(1), int(m.group(3)))] = (float(m.group(4)), float(m.group(6)))
@@ -45,15 +47,15 @@ def human(b):
 def table(kind):
     n = {"x2": 2, "x4": 4}[kind]
     nc = nccl(kind)
-    auto = {r["bytes"]: r for r in bench(f"auto-{kind}.txt")}
-    native = bench(f"native-{kind}.txt")
+    auto = {r["bytes"]: r for r in bench(f"sweep-default-{kind}.txt")}
+    native = bench(f"sweep-link-native-{kind}.txt")
     by = lambda wire: {r["bytes"]: r for r in native if r["wire"] == wire}
     f32, bf16 = by("f32"), by("bf16")
     proxy = {}
-    for r in bench(f"proxy-{kind}.txt"):  # the default wire (older logs: every wire; bf16 kept)
+    for r in bench(f"sweep-proxy-{kind}.txt"):  # the default wire (older logs: every wire; bf16 kept)
         if r["bytes"] not in proxy or r["wire"] == "bf16":
             proxy[r["bytes"]] = r
-    lines = [f"| bytes | NCCL P2P off: us / busbw | tpar default: algo, wire, us / busbw (x NCCL) | tpar f32 NativeImport: us / busbw (eff) | tpar bf16 NativeImport: us / busbw (eff) | tpar ProxyBridge: us | NCCL NVLink busbw |",
+    lines = [f"| bytes | NCCL P2P off: us / busbw | tpar, runtime's choice: algo, wire, us / busbw (x NCCL) | tpar f32 NativeImport: us / busbw (eff) | tpar bf16 NativeImport: us / busbw (eff) | tpar ProxyBridge: us | NCCL NVLink busbw |",
              "|---|---|---|---|---|---|---|"]
     for b in sorted(auto):
         if ("p2p-off", b) not in nc:
@@ -77,8 +79,8 @@ def svg():
     colors = {"x2": ("#1f77b4", "#aec7e8"), "x4": ("#d62728", "#ff9896")}
     for kind in ("x2", "x4"):
         nc = nccl(kind)
-        auto = bench(f"auto-{kind}.txt")
-        series.append((f"tpar default, n={kind[1]}", colors[kind][0], [(r["bytes"], r["busbw"]) for r in auto], False))
+        auto = bench(f"sweep-default-{kind}.txt")
+        series.append((f"tpar (auto), n={kind[1]}", colors[kind][0], [(r["bytes"], r["busbw"]) for r in auto], False))
         series.append((f"NCCL P2P off, n={kind[1]}", colors[kind][1],
                        sorted((b, v[1]) for (k, b), v in nc.items() if k == "p2p-off" and b >= 16384), True))
     xs = [x for _, _, pts, _ in series for x, _ in pts]
@@ -109,7 +111,21 @@ def svg():
     open(os.path.join(HERE, "busbw.svg"), "w").write("\n".join(out) + "\n")
 
 
+def check():
+    """The page's tables must be the ones these logs give, row for row."""
+    page = open(os.path.join(HERE, "..", "PERFORMANCE.md")).read().splitlines()
+    missing = [line for kind in ("x2", "x4") for line in table(kind).splitlines()[2:] if line not in page]
+    for line in missing:
+        print(f"report.py: not in docs/PERFORMANCE.md: {line}", file=sys.stderr)
+    return 1 if missing else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--check"]:
+        sys.exit(check())
+    if sys.argv[1:]:
+        print("usage: report.py [--check]", file=sys.stderr)
+        sys.exit(2)
     for kind in ("x2", "x4"):
         print(table(kind))
         print()

@@ -1,21 +1,31 @@
 // Command-line pieces shared by tpar's example programs: device selection flags, a
-// strict number parser, and JSON string escaping.
+// strict number parser, JSON string escaping, and the exit statuses every program keeps:
+// 0 success, 1 runtime failure, 2 usage error (bad flags or TPAR_* values; a message on
+// stderr that names what was wrong and what is valid, nothing on stdout).
 #pragma once
 
+#include <tpar/core/options.hpp>
 #include <tpar/vk/device_group.hpp>
 
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace tpar_cli {
 
+inline constexpr int exit_runtime_failure = 1;
+inline constexpr int exit_usage_error = 2;
+
+// The line every program's --help ends its description with.
+inline constexpr const char* exit_status_help = "exit status: 0 success, 1 runtime failure, 2 usage error";
+
 [[noreturn]] inline void usage_error(const std::string& program, const std::string& what) {
   std::fprintf(stderr, "%s: %s (try --help)\n", program.c_str(), what.c_str());
-  std::exit(2);
+  std::exit(exit_usage_error);
 }
 
 template <class T>
@@ -29,6 +39,7 @@ T parse_number(const std::string& program, std::string_view flag, std::string_vi
 
 // Sizes like 4096, 64K, 16M, 1G (binary units).
 inline std::size_t parse_size(const std::string& program, std::string_view flag, std::string_view text) {
+  const std::string given(text);
   std::size_t mult = 1;
   if (!text.empty()) {
     switch (text.back()) {
@@ -39,7 +50,10 @@ inline std::size_t parse_size(const std::string& program, std::string_view flag,
     }
     if (mult != 1) text.remove_suffix(1);
   }
-  return parse_number<std::size_t>(program, flag, text) * mult;
+  const std::size_t n = parse_number<std::size_t>(program, flag, text);
+  if (n > std::numeric_limits<std::size_t>::max() / mult)
+    usage_error(program, std::string(flag) + " " + given + " is too large");
+  return n * mult;
 }
 
 // A comma-separated value of `flag`, each item read by `parse_item(text)`; an empty list
@@ -73,20 +87,48 @@ inline bool parse_device_flag(const std::string& program, int argc, char** argv,
     return argv[++i];
   };
   if (a == "-g" || a == "--gpus") {
-    o.select.first(parse_number<std::uint32_t>(program, a, value()));
+    const auto n = parse_number<std::uint32_t>(program, a, value());
+    if (n < 1) usage_error(program, std::string(a) + " takes 1 or more devices");
+    o.select.first(n);
   } else if (a == "--devices") {
     o.select.with_indices(
         parse_list(program, a, value(), [&](std::string_view t) { return parse_number<std::uint32_t>(program, a, t); }));
   } else if (a == "--name") {
     o.select.with_name(std::string(value()));
   } else if (a == "--virtual") {
-    o.select.virtual_devices(parse_number<std::uint32_t>(program, a, value()));
+    const auto k = parse_number<std::uint32_t>(program, a, value());
+    if (k < 1 || k > tpar::max_group_devices)
+      usage_error(program, std::string(a) + " takes 1 to " + std::to_string(tpar::max_group_devices) + " devices");
+    o.select.virtual_devices(k);
   } else if (a == "--validation") {
     o.validation = true;
   } else {
     return false;
   }
   return true;
+}
+
+// Options with TPAR_SYNC, TPAR_ALGO and TPAR_WIRE applied, read before any work: a bad
+// value is a usage error.
+inline tpar::Options environment_options(const std::string& program) {
+  try {
+    return tpar::Options{}.with_environment();
+  } catch (const tpar::Error& e) {
+    usage_error(program, e.what());
+  }
+}
+
+// DeviceGroup::create; where -g asked for more devices than the machine has, the error
+// says how to get them anyway.
+inline tpar::DeviceGroup open_group(const tpar::GroupOptions& o) {
+  try {
+    return tpar::DeviceGroup::create(o);
+  } catch (const tpar::Error& e) {
+    if (e.code_value() != tpar::ErrorCode::no_match || !o.select.count || o.select.virtual_count) throw;
+    const std::string k = std::to_string(*o.select.count);
+    throw tpar::Error(e.code_value(), std::string(e.what()) + " (--virtual " + k + " opens the first device " + k +
+                                          " times, as tpar's tests do on lavapipe)");
+  }
 }
 
 inline std::string json_string(std::string_view s) {

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -53,6 +54,7 @@ struct Config {
   std::vector<double> weights;  // empty: equal
   Act act = Act::silu;
   std::optional<tpar::Wire> wire;  // the timed wire; nullopt: tpar's automatic choice
+  bool wire_set = false;
   std::uint64_t seed = 42;
   Fault fault = Fault::none;
   bool quiet = false;
@@ -73,11 +75,13 @@ void print_help() {
       "the AllReduce's wire (a guarantee, not an estimate: see examples/tp_mlp/README.md),\n"
       "that each device's intermediate activations are device 0's (bit for bit when the\n"
       "devices are identical), and device 0's run against the MLP computed in double\n"
-      "precision on the host (first, middle and last token). Then it times a step, median of --iters: on device 0\n"
-      "alone, on n devices, the speedup, and the AllReduce's part of the n-device step\n"
-      "(from the last device's compute end to the sum on every device; 'alone' is the\n"
-      "AllReduce of the same size by itself). Exit codes: 0 passed, 1 error, 2 bad flags,\n"
-      "3 the check failed, 4 the validation layer (--validation) reported an error.\n\n"
+      "precision on the host (first, middle and last token). Then it times a step, median\n"
+      "of --iters: on device 0 alone, on n devices, the speedup, and what the AllReduce adds\n"
+      "to the n-device step (the step minus the same step without the AllReduce, both from\n"
+      "the first submit until the host sees every device done; 'alone' is the AllReduce of\n"
+      "the same size by itself).\n"
+      "%s, 3 the check failed, 4 the validation\n"
+      "layer (--validation) reported an error.\n\n"
       "Model:\n"
       "  --hidden H            hidden size (default 4096; 512 on CPU devices)\n"
       "  --intermediate I      intermediate size (default 14336; 1792 on CPU devices)\n"
@@ -100,9 +104,9 @@ void print_help() {
       "                        down) by one row: the check must fail (a test of the test)\n"
       "  -q, --quiet           no progress on stderr\n"
       "  -h, --help            this text\n\n"
-      "TPAR_SYNC, TPAR_ALGO and TPAR_WIRE apply as in tpar-bench. Without a GPU, tp-mlp runs\n"
-      "on two lavapipe virtual devices.\n\n%s",
-      tpar_cli::device_flags_help());
+      "TPAR_SYNC, TPAR_ALGO and TPAR_WIRE apply (TPAR_WIRE where --wire is not given); a bad\n"
+      "value is a usage error. Without a GPU, tp-mlp runs on two lavapipe virtual devices.\n\n%s",
+      tpar_cli::exit_status_help, tpar_cli::device_flags_help());
 }
 
 template <class T>
@@ -154,6 +158,7 @@ Config parse(int argc, char** argv) {
       if (v == "auto") c.wire = std::nullopt;
       else if (auto w = tpar::parse_wire(v)) c.wire = *w;
       else tpar_cli::usage_error(program, "--wire takes auto, f32, bf16 or f16");
+      c.wire_set = true;
     } else if (a == "--inject-fault") {
       const std::string_view v = value();
       if (v == "up") c.fault = Fault::up;
@@ -480,11 +485,11 @@ int run(Config& cfg) {
     std::lock_guard lock(validation_mutex);
     validation_errors.push_back(m.id + ": " + m.text);
   };
-  auto group = tpar::DeviceGroup::create(cfg.group);
+  auto group = tpar_cli::open_group(cfg.group);
   if (!cfg.explicit_devices && !group[0].capabilities().is_gpu()) {
     // No GPU: two lavapipe virtual devices, so there is something to split across.
     cfg.group.select.virtual_devices(2);
-    group = tpar::DeviceGroup::create(cfg.group);
+    group = tpar_cli::open_group(cfg.group);
   }
   const std::size_t n = group.size();
   if (n > 64) throw tp_mlp::Failure("at most 64 devices");
@@ -613,6 +618,7 @@ int run(Config& cfg) {
   tpar::Options options;
   options.timeout = std::chrono::seconds(gpu ? 30 : 300);  // a lavapipe step of a large MLP takes seconds
   options.wire = cfg.wire;
+  options = options.with_environment();  // as make_communicator will: the checked wire is the timed one
   auto comm = tpar::make_communicator(group, options);
   std::printf("# AllReduce: %s\n", std::string(tpar::to_string(comm.sync_kind())).c_str());
 
@@ -711,6 +717,8 @@ int run(Config& cfg) {
 
 int main(int argc, char** argv) {
   Config cfg = parse(argc, argv);
+  if (cfg.wire_set) ::unsetenv("TPAR_WIRE");      // --wire wins over it
+  (void)tpar_cli::environment_options(program);  // a bad TPAR_* is a usage error before any output
   try {
     return run(cfg);
   } catch (const tpar::Error& e) {

@@ -497,6 +497,18 @@ TEST_CASE("the runtime-selected communicator follows TPAR_SYNC, TPAR_ALGO and TP
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::unsupported);
       CHECK(std::string(e.what()).find("VK_KHR_external_semaphore_fd") != std::string::npos);
+      // Who asked is named, and nothing reads like a fallback: the call fails.
+      CHECK(std::string(e.what()).find("(TPAR_SYNC=native) but cannot run here") != std::string::npos);
+      CHECK(std::string(e.what()).find("ProxyBridge") == std::string::npos);
+    }
+    ::unsetenv("TPAR_SYNC");
+    Options native = test_opts();
+    native.sync = SyncChoice::native;
+    try {
+      (void)make_communicator(env.group(), native);
+      FAIL("NativeImport where the gate says impossible was not refused");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("(the sync option) but cannot run here") != std::string::npos);
     }
   }
   ::setenv("TPAR_SYNC", "proxy", 1);

@@ -1,10 +1,14 @@
 # Runs one of tpar's programs the way a user would and checks what it did.
 #   cmake -DCOMMAND=<program;arg;...> [-DEXPECT_RC=0] [-DSTDOUT_MATCHES=<regex>]
-#         [-DSTDERR_MATCHES=<regex>] [-DJSON_ARRAY=<key>] [-DJSON_LENGTH=<n>]
-#         [-DJSON_FIELD=<key>] [-DJSON_VALUES=<regex>] [-DCSV_ROWS=<n>] -P run_check.cmake
-# JSON_ARRAY: stdout must parse as JSON with an array under that key, of JSON_LENGTH
-# elements where given; JSON_FIELD: every element's member of that name must match
-# JSON_VALUES. CSV_ROWS: stdout is a header line plus exactly that many rows.
+#         [-DSTDERR_MATCHES=<regex>] [-DSTDOUT_NOT_MATCHES=<regex>] [-DSTDERR_NOT_MATCHES=<regex>]
+#         [-DSTDERR_ONCE=<regex>] [-DSTDOUT_EMPTY=ON] [-DJSON_ARRAY=<key>] [-DJSON_LENGTH=<n>]
+#         [-DJSON_FIELD=<key>] [-DJSON_VALUES=<regex>] [-DJSON_KEYS=<key>,<key>...]
+#         [-DCSV_ROWS=<n>] -P run_check.cmake
+# STDERR_ONCE: the regex matches stderr exactly once. STDOUT_EMPTY: nothing on stdout (a
+# usage error). JSON_ARRAY: stdout must parse as JSON with an array under that key, of
+# JSON_LENGTH elements where given; JSON_FIELD: every element's member of that name must
+# match JSON_VALUES (a JSON null reads as empty). JSON_KEYS: stdout must parse as JSON
+# with these top-level members. CSV_ROWS: stdout is a header line plus exactly that many rows.
 cmake_minimum_required(VERSION 3.21)
 
 if(NOT COMMAND)
@@ -29,6 +33,33 @@ if(DEFINED STDOUT_MATCHES AND NOT out MATCHES "${STDOUT_MATCHES}")
 endif()
 if(DEFINED STDERR_MATCHES AND NOT err MATCHES "${STDERR_MATCHES}")
   fail("stderr does not match '${STDERR_MATCHES}'")
+endif()
+if(DEFINED STDOUT_NOT_MATCHES AND out MATCHES "${STDOUT_NOT_MATCHES}")
+  fail("stdout matches '${STDOUT_NOT_MATCHES}'")
+endif()
+if(DEFINED STDERR_NOT_MATCHES AND err MATCHES "${STDERR_NOT_MATCHES}")
+  fail("stderr matches '${STDERR_NOT_MATCHES}'")
+endif()
+if(DEFINED STDERR_ONCE)
+  # Each match marked, then the marks counted (a match may hold a ';', a list separator).
+  string(REGEX REPLACE "${STDERR_ONCE}" "@@match@@" marked "${err}")
+  string(REGEX MATCHALL "@@match@@" found "${marked}")
+  list(LENGTH found times)
+  if(NOT times EQUAL 1)
+    fail("stderr matches '${STDERR_ONCE}' ${times} times, expected once")
+  endif()
+endif()
+if(STDOUT_EMPTY AND NOT out STREQUAL "")
+  fail("stdout is not empty")
+endif()
+if(DEFINED JSON_KEYS)
+  string(REPLACE "," ";" keys "${JSON_KEYS}")
+  foreach(key IN LISTS keys)
+    string(JSON type ERROR_VARIABLE json_error TYPE "${out}" "${key}")
+    if(json_error)
+      fail("stdout is not JSON with a member '${key}': ${json_error}")
+    endif()
+  endforeach()
 endif()
 if(DEFINED JSON_ARRAY)
   string(JSON type ERROR_VARIABLE json_error TYPE "${out}" "${JSON_ARRAY}")

@@ -70,6 +70,10 @@ TEST_CASE("lavapipe's capabilities: host import yes, exportable timelines no, so
   CHECK_FALSE(gate.native_possible);
   CHECK(gate.reason.find("ProxyBridge") != std::string::npos);
   CHECK(gate.reason.find("device 0") != std::string::npos);
+  // The cause alone, for errors where NativeImport was demanded: no talk of a fallback.
+  CHECK(gate.blocker.find("device 0") != std::string::npos);
+  CHECK(gate.blocker.find("VK_KHR_external_semaphore_fd") != std::string::npos);
+  CHECK(gate.blocker.find("ProxyBridge") == std::string::npos);
 }
 
 TEST_CASE("selection by index, name and UUID") {

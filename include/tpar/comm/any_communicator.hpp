@@ -90,12 +90,15 @@ class AnyCommunicator {
 // the group's capabilities allow. Asking for NativeImport where the group cannot use it
 // is an error that says why.
 inline AnyCommunicator make_communicator(DeviceGroup group, Options options = {}) {
+  // Who asked for a sync: the environment where it set one, else the caller's options.
+  const char* const sync_env = detail::env_value("TPAR_SYNC");
   options = options.with_environment();
+  const std::string asked = sync_env ? "TPAR_SYNC=" + std::string(sync_env) : "the sync option";
   const SyncGate gate = group.sync_gate();
   if (options.sync == SyncChoice::native && !gate.native_possible)
-    throw Error(ErrorCode::unsupported, "NativeImport was asked for (TPAR_SYNC=native) but " + gate.reason);
+    throw Error(ErrorCode::unsupported, "NativeImport was asked for (" + asked + ") but cannot run here: " + gate.blocker);
   if (options.sync == SyncChoice::proxy)
-    return AnyCommunicator::make<ProxyBridge>(std::move(group), options, "ProxyBridge was asked for (TPAR_SYNC=proxy)");
+    return AnyCommunicator::make<ProxyBridge>(std::move(group), options, "ProxyBridge was asked for (" + asked + ")");
   if (gate.native_possible) {
     try {
       return AnyCommunicator::make<NativeImport>(group, options, gate.reason);

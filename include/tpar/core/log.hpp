@@ -26,14 +26,22 @@ struct LogState {
   LogLevel threshold = LogLevel::warning;
   LogState() {
     // TPAR_LOG=debug|info|warning|error lowers or raises what the default sink prints.
-    if (const char* env = std::getenv("TPAR_LOG")) {
+    // Another value keeps the default and says so, once (this runs once per process),
+    // straight to stderr: no sink can be installed before this state exists.
+    if (const char* env = std::getenv("TPAR_LOG"); env && *env) {
       if (!std::strcmp(env, "debug")) threshold = LogLevel::debug;
       else if (!std::strcmp(env, "info")) threshold = LogLevel::info;
+      else if (!std::strcmp(env, "warning")) threshold = LogLevel::warning;
       else if (!std::strcmp(env, "error")) threshold = LogLevel::error;
+      else
+        std::fprintf(stderr, "tpar warning: TPAR_LOG=%s is not valid; use one of: debug, info, warning, error (warning is used)\n",
+                     env);
     }
   }
 };
 
+// Made on first use: the first message, set_log_sink, or a DeviceGroup being opened or
+// adopted (so that a bad TPAR_LOG is reported before any work).
 inline LogState& log_state() {
   static LogState state;
   return state;

@@ -17,6 +17,7 @@
 #include <tpar/core/log.hpp>
 #include <tpar/vk/device_group.hpp>
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <cstring>
@@ -119,6 +120,8 @@ class GgmlComm {
     std::uint64_t reduced = 0;   // enqueued on the GPUs
     std::uint64_t empty = 0;     // zero elements: nothing to do, true
     std::uint64_t declined = 0;  // false: ggml's fallback ran, nothing was enqueued
+    std::uint64_t max_elements = 0;  // the largest call enqueued, in values
+    std::uint64_t partial = 0;       // calls enqueued where a device computed nothing (counted as zeros)
   };
 
   // Adopts every backend's device and builds the communicator. Throws tpar::Error (fewer
@@ -139,7 +142,10 @@ class GgmlComm {
     seen_ready_.resize(n);
     pending_.resize(n);
     computed_ = std::make_unique<bool[]>(n);
-    log(LogLevel::info, "ggml comm: AllReduce over " + std::to_string(n) + " devices; " + comm_->sync_reason());
+    const Options& o = comm_->options();
+    const std::string wire = o.wire ? "wire " + std::string(to_string(*o.wire)) + " at every size"
+                                    : "wire f32 below " + std::to_string(o.bf16_min_bytes) + " bytes, bf16 from there";
+    log(LogLevel::info, "ggml comm: AllReduce over " + std::to_string(n) + " devices; " + wire + "; " + comm_->sync_reason());
   }
 
   GgmlComm(const GgmlComm&) = delete;
@@ -148,6 +154,13 @@ class GgmlComm {
   // Waits (bounded by the communicator's timeout) for tpar's work in flight, frees it, and
   // tells every backend to forget the done points it was handed.
   ~GgmlComm() {
+    try {
+      log(LogLevel::info, "ggml comm: " + std::to_string(stats_.reduced) + " AllReduces on the GPUs (the largest " +
+                              std::to_string(stats_.max_elements) + " values), " + std::to_string(stats_.partial) +
+                              " with a device that computed nothing, " + std::to_string(stats_.empty) + " empty, " +
+                              std::to_string(stats_.declined) + " declined to ggml's fallback");
+    } catch (...) {  // a summary is not worth a terminate
+    }
     comm_.reset();
     for (auto b : backends_) Traits::wait_for(b, TimelinePoint{});
   }
@@ -271,6 +284,8 @@ class GgmlComm {
       Traits::wait_for(backends_[j], pending_[j]);
     }
     ++stats_.reduced;
+    stats_.max_elements = std::max<std::uint64_t>(stats_.max_elements, count);
+    if (!std::all_of(computed_.get(), computed_.get() + n, [](bool c) { return c; })) ++stats_.partial;
     return true;
   }
 

@@ -207,7 +207,7 @@ class NativeImport {
     const std::size_t n = group.size();
     if (n > 1) {
       const SyncGate gate = group.sync_gate();
-      if (!gate.native_possible) throw Error(ErrorCode::unsupported, "NativeImport is not possible here: " + gate.reason);
+      if (!gate.native_possible) throw Error(ErrorCode::unsupported, "NativeImport is not possible here: " + gate.blocker);
       leftovers_ = detail::native_import_self_test(group, timeout);
     }
     imports_.resize(n);

@@ -210,36 +210,35 @@ struct SyncGate {
   SyncKind choice = SyncKind::proxy_bridge;
   bool native_possible = false;  // NativeImport may be tried (a self-test still decides)
   std::string reason;            // one sentence a user can read
+  std::string blocker;           // what rules NativeImport out (empty where it is possible)
 };
 
 // `enabled_fd[i]` says whether device i's VkDevice has VK_KHR_external_semaphore_fd enabled.
 inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> enabled_fd) {
   SyncGate gate;
+  // NativeImport is ruled out by `why`; ProxyBridge carries the group instead.
+  auto proxy = [&](std::string why, const char* joint) {
+    gate.reason = why + joint + "ProxyBridge forwards progress on a host thread";
+    gate.blocker = std::move(why);
+    return gate;
+  };
   if (caps.size() < 2) {
     gate.reason = "a single device needs no cross-device sync";
+    gate.blocker = gate.reason;
     return gate;
   }
   for (std::size_t i = 0; i < caps.size(); ++i) {
     const auto& c = caps[i];
     const std::string who = "device " + std::to_string(i) + " (" + c.name + ")";
-    if (!c.external_semaphore_fd) {
-      gate.reason = who + " does not support VK_KHR_external_semaphore_fd, so ProxyBridge forwards progress on a host thread";
-      return gate;
-    }
-    if (i < enabled_fd.size() && !enabled_fd[i]) {
-      gate.reason = who + " was created without VK_KHR_external_semaphore_fd enabled, so ProxyBridge forwards progress on a host thread";
-      return gate;
-    }
-    if (!c.timeline_fd_exportable || !c.timeline_fd_importable) {
-      gate.reason = who + " cannot " + (c.timeline_fd_exportable ? "import" : "export") +
-                    " timeline semaphores as OPAQUE_FD, so ProxyBridge forwards progress on a host thread";
-      return gate;
-    }
-    if (c.driver_uuid != caps[0].driver_uuid) {
-      gate.reason = who + " has another driver than device 0 (driverUUID differs), so their semaphores cannot be "
-                          "shared and ProxyBridge forwards progress on a host thread";
-      return gate;
-    }
+    if (!c.external_semaphore_fd) return proxy(who + " does not support VK_KHR_external_semaphore_fd", ", so ");
+    if (i < enabled_fd.size() && !enabled_fd[i])
+      return proxy(who + " was created without VK_KHR_external_semaphore_fd enabled", ", so ");
+    if (!c.timeline_fd_exportable || !c.timeline_fd_importable)
+      return proxy(who + " cannot " + (c.timeline_fd_exportable ? "import" : "export") + " timeline semaphores as OPAQUE_FD",
+                   ", so ");
+    if (c.driver_uuid != caps[0].driver_uuid)
+      return proxy(who + " has another driver than device 0 (driverUUID differs), so their semaphores cannot be shared",
+                   " and ");
   }
   gate.native_possible = true;
   gate.choice = SyncKind::native_import;

@@ -370,6 +370,7 @@ class DeviceGroup {
  public:
   // Opens the devices `options.select` picks, on an instance tpar creates.
   static DeviceGroup create(const GroupOptions& options = {}) {
+    (void)detail::log_state();  // reads TPAR_LOG now
     auto state = std::make_shared<detail::GroupState>();
     state->on_validation = options.on_validation;
     detail::create_instance(*state, options);
@@ -390,6 +391,7 @@ class DeviceGroup {
   // Wraps devices the host owns. tpar destroys none of them; the host keeps them (and
   // its instance) alive until the group and every communicator built on it are gone.
   static DeviceGroup adopt(std::span<const AdoptedDevice> devices) {
+    (void)detail::log_state();  // reads TPAR_LOG now
     if (devices.empty()) throw Error(ErrorCode::invalid_argument, "adopt needs at least one device");
     if (devices.size() > max_group_devices)
       throw Error(ErrorCode::invalid_argument, "a group spans at most " + std::to_string(max_group_devices) + " devices");

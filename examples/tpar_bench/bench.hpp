@@ -1,0 +1,54 @@
+// What every part of tpar-bench shares: its name, its clocks and how it stops on an error.
+#pragma once
+
+#include <tpar/tpar.hpp>
+
+#include "common/vk_buffer.hpp"
+
+#include <sys/resource.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace tpar_bench {
+
+using Clock = std::chrono::steady_clock;
+inline const std::string program = "tpar-bench";
+
+inline double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// CPU time of the calling thread only.
+inline double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+inline std::string human_bytes(std::size_t b) {
+  char buf[32];
+  if (b >= (std::size_t{1} << 30) && b % (std::size_t{1} << 30) == 0) std::snprintf(buf, sizeof buf, "%zuG", b >> 30);
+  else if (b >= (std::size_t{1} << 20) && b % (std::size_t{1} << 20) == 0) std::snprintf(buf, sizeof buf, "%zuM", b >> 20);
+  else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%zuK", b >> 10);
+  else std::snprintf(buf, sizeof buf, "%zu", b);
+  return buf;
+}
+
+[[noreturn]] inline void die(const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", program.c_str(), what.c_str());
+  std::exit(1);
+}
+
+inline void vk_check(vk::Result r, const char* what) {
+  if (r != vk::Result::eSuccess) die(std::string(what) + ": " + vk::to_string(r));
+}
+
+using tpar_example::Buffer;
+
+}  // namespace tpar_bench

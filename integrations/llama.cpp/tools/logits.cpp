@@ -1,0 +1,289 @@
+// tpar-llama-logits: runs one prompt through llama.cpp and saves every logit, so that
+// split modes (-sm none / layer / tensor) and AllReduce implementations (ggml's own
+// fallback, tpar) can be compared number for number; and compares two such files.
+//
+//   tpar-llama-logits run -m model.gguf --sm tensor -o out.logits [-p TEXT] [-n N]
+//   tpar-llama-logits compare a.logits b.logits [--exact | --bound X | --relative X]
+//
+// `run` decodes the prompt in one batch (prefill-sized AllReduces) and then N tokens one
+// at a time, greedily (decode-sized AllReduces), keeping the logits of every prompt
+// position and every generated token. A random-weight model's logits are nearly tied, so
+// greedy text is no test; the logits are.
+#include "llama.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char * usage_text =
+    "usage: tpar-llama-logits run -m MODEL -o FILE [--sm none|layer|tensor] [-p TEXT] [-n N] [--ctx N]\n"
+    "       tpar-llama-logits compare A B [--exact | --bound X | --relative X]\n"
+    "\n"
+    "run      loads MODEL on every GPU layer (the devices ggml sees; GGML_VK_VISIBLE_DEVICES\n"
+    "         selects them), decodes TEXT in one batch, then N tokens one at a time\n"
+    "         (greedy), and writes every logit to FILE\n"
+    "  -m, --model FILE     GGUF model\n"
+    "  -o, --output FILE    where the logits go\n"
+    "  --sm MODE            split mode: none (one device, the default), layer, tensor\n"
+    "  -p, --prompt TEXT    the prompt (default: a fixed sentence)\n"
+    "  -n N                 tokens generated after the prompt (default 8)\n"
+    "  --ctx N              context size (default 512)\n"
+    "compare  compares two files of the same run shape: prints the largest absolute\n"
+    "         difference, the largest relative to the larger logit range, and how many\n"
+    "         values differ at all; fails when they differ by more than the bound\n"
+    "  --exact              every value must be identical, bit for bit (the default)\n"
+    "  --bound X            the largest absolute difference allowed\n"
+    "  --relative X         the largest difference allowed, as a fraction of the largest\n"
+    "                       |logit| of the two runs\n"
+    "\n"
+    "exit status: 0 success (compare: within the bound), 1 a failure (compare: outside\n"
+    "the bound), 2 a usage error\n";
+
+[[noreturn]] void usage_error(const std::string & what) {
+    std::fprintf(stderr, "tpar-llama-logits: %s\n(tpar-llama-logits --help lists the options)\n", what.c_str());
+    std::exit(2);
+}
+
+long parse_long(const char * flag, const std::string & text, long lo, long hi) {
+    char * end = nullptr;
+    errno = 0;
+    const long v = std::strtol(text.c_str(), &end, 10);
+    if (errno || *end || end == text.c_str() || v < lo || v > hi) {
+        usage_error(std::string(flag) + " takes an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                    ", not '" + text + "'");
+    }
+    return v;
+}
+
+// File: "TPLG", rows (u32), vocab (u32), then rows x vocab f32 logits and rows u32 tokens
+// (the token each row's logits were computed after).
+struct Logits {
+    uint32_t rows = 0, vocab = 0;
+    std::vector<float> values;
+    std::vector<uint32_t> tokens;
+};
+
+bool save(const std::string & path, const Logits & l) {
+    FILE * f = std::fopen(path.c_str(), "wb");
+    if (!f) return false;
+    bool ok = std::fwrite("TPLG", 1, 4, f) == 4 && std::fwrite(&l.rows, 4, 1, f) == 1 && std::fwrite(&l.vocab, 4, 1, f) == 1 &&
+              std::fwrite(l.values.data(), 4, l.values.size(), f) == l.values.size() &&
+              std::fwrite(l.tokens.data(), 4, l.tokens.size(), f) == l.tokens.size();
+    return std::fclose(f) == 0 && ok;
+}
+
+bool load(const std::string & path, Logits & l) {
+    FILE * f = std::fopen(path.c_str(), "rb");
+    if (!f) return false;
+    char magic[4];
+    bool ok = std::fread(magic, 1, 4, f) == 4 && !std::memcmp(magic, "TPLG", 4) && std::fread(&l.rows, 4, 1, f) == 1 &&
+              std::fread(&l.vocab, 4, 1, f) == 1 && l.rows < (1u << 20) && l.vocab < (1u << 24);
+    if (ok) {
+        l.values.resize(size_t(l.rows) * l.vocab);
+        l.tokens.resize(l.rows);
+        ok = std::fread(l.values.data(), 4, l.values.size(), f) == l.values.size() &&
+             std::fread(l.tokens.data(), 4, l.tokens.size(), f) == l.tokens.size();
+    }
+    std::fclose(f);
+    return ok;
+}
+
+int compare(const std::vector<std::string> & args) {
+    std::vector<std::string> files;
+    double bound = 0.0;
+    bool relative = false;
+    for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--exact") {
+            bound = 0.0;
+        } else if (args[i] == "--bound" || args[i] == "--relative") {
+            if (i + 1 >= args.size()) usage_error(args[i] + " needs a value");
+            relative = args[i] == "--relative";
+            char * end = nullptr;
+            bound = std::strtod(args[++i].c_str(), &end);
+            if (*end || !(bound >= 0.0)) usage_error(args[i - 1] + " takes a non-negative number, not '" + args[i] + "'");
+        } else if (!args[i].empty() && args[i][0] == '-') {
+            usage_error("unknown option '" + args[i] + "' for compare");
+        } else {
+            files.push_back(args[i]);
+        }
+    }
+    if (files.size() != 2) usage_error("compare takes two files");
+    Logits a, b;
+    for (int k = 0; k < 2; ++k) {
+        if (!load(files[k], k ? b : a)) {
+            std::fprintf(stderr, "tpar-llama-logits: cannot read %s as a logits file\n", files[k].c_str());
+            return 1;
+        }
+    }
+    if (a.rows != b.rows || a.vocab != b.vocab) {
+        std::fprintf(stderr, "tpar-llama-logits: %s has %u x %u logits, %s %u x %u\n", files[0].c_str(), a.rows, a.vocab,
+                     files[1].c_str(), b.rows, b.vocab);
+        return 1;
+    }
+    double max_abs = 0.0, range = 0.0;
+    size_t differ = 0, nonfinite = 0;
+    for (size_t i = 0; i < a.values.size(); ++i) {
+        const float x = a.values[i], y = b.values[i];
+        if (!std::isfinite(x) || !std::isfinite(y)) ++nonfinite;
+        if (std::memcmp(&x, &y, 4)) ++differ;
+        max_abs = std::max(max_abs, double(std::fabs(x - y)));
+        range = std::max({range, double(std::fabs(x)), double(std::fabs(y))});
+    }
+    size_t token_differ = 0;
+    for (uint32_t r = 0; r < a.rows; ++r) token_differ += a.tokens[r] != b.tokens[r];
+    std::printf("compare: %u rows x %u logits: %zu differ (largest |a-b| %.3g, %.3g of the largest |logit| %.3g), "
+                "%zu non-finite, %zu of %u input tokens differ\n",
+                a.rows, a.vocab, differ, max_abs, range > 0 ? max_abs / range : 0.0, range, nonfinite, token_differ, a.rows);
+    if (nonfinite) return 1;
+    if (token_differ) {
+        std::printf("compare: the runs fed different tokens (greedy choices diverged); only rows before the first "
+                    "difference are comparable\n");
+        return 1;
+    }
+    const double allowed = relative ? bound * range : bound;
+    const bool ok = bound == 0.0 ? differ == 0 : max_abs <= allowed;
+    char what[96];
+    if (bound == 0.0) std::snprintf(what, sizeof what, "exact");
+    else if (relative) std::snprintf(what, sizeof what, "|a-b| <= %g x %.3g = %.3g", bound, range, allowed);
+    else std::snprintf(what, sizeof what, "|a-b| <= %g", bound);
+    std::printf("compare: %s (%s)\n", ok ? "within the bound" : "OUTSIDE the bound", what);
+    return ok ? 0 : 1;
+}
+
+int run(const std::vector<std::string> & args) {
+    std::string model_path, out, prompt = "The quick brown fox jumps over the lazy dog, and tensor parallelism splits every layer.";
+    llama_split_mode mode = LLAMA_SPLIT_MODE_NONE;
+    long n_gen = 8, n_ctx = 512;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string & a = args[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= args.size()) usage_error(a + " needs a value");
+            return args[++i];
+        };
+        if (a == "-m" || a == "--model") model_path = value();
+        else if (a == "-o" || a == "--output") out = value();
+        else if (a == "-p" || a == "--prompt") prompt = value();
+        else if (a == "-n") n_gen = parse_long("-n", value(), 0, 4096);
+        else if (a == "--ctx") n_ctx = parse_long("--ctx", value(), 16, 1 << 20);
+        else if (a == "--sm") {
+            const std::string m = value();
+            if (m == "none") mode = LLAMA_SPLIT_MODE_NONE;
+            else if (m == "layer") mode = LLAMA_SPLIT_MODE_LAYER;
+            else if (m == "tensor") mode = LLAMA_SPLIT_MODE_TENSOR;
+            else usage_error("--sm takes none, layer or tensor, not '" + m + "'");
+        } else usage_error("unknown option '" + a + "' for run");
+    }
+    if (model_path.empty() || out.empty()) usage_error("run needs -m MODEL and -o FILE");
+
+    llama_backend_init();
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 9999;
+    mp.split_mode = mode;
+    llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
+    if (!model) {
+        std::fprintf(stderr, "tpar-llama-logits: cannot load %s\n", model_path.c_str());
+        return 1;
+    }
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = uint32_t(n_ctx);
+    cp.n_batch = uint32_t(n_ctx);
+    cp.n_ubatch = uint32_t(n_ctx);
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;  // -sm tensor needs it; the same everywhere keeps runs comparable
+    llama_context * ctx = llama_init_from_model(model, cp);
+    if (!ctx) {
+        std::fprintf(stderr, "tpar-llama-logits: cannot create a context\n");
+        llama_model_free(model);
+        return 1;
+    }
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+    std::vector<llama_token> tokens(prompt.size() + 8);
+    const int32_t n_prompt = llama_tokenize(vocab, prompt.c_str(), int32_t(prompt.size()), tokens.data(), int32_t(tokens.size()), true, false);
+    if (n_prompt <= 0 || n_prompt + n_gen > n_ctx) {
+        std::fprintf(stderr, "tpar-llama-logits: the prompt gives %d tokens; with -n %ld it must fit --ctx %ld\n", n_prompt, n_gen, n_ctx);
+        return 2;
+    }
+    tokens.resize(size_t(n_prompt));
+
+    Logits l;
+    l.vocab = uint32_t(n_vocab);
+    auto keep = [&](int32_t i, llama_token after) {
+        const float * row = llama_get_logits_ith(ctx, i);
+        l.values.insert(l.values.end(), row, row + n_vocab);
+        l.tokens.push_back(uint32_t(after));
+        ++l.rows;
+        return int32_t(std::max_element(row, row + n_vocab) - row);
+    };
+
+    llama_batch batch = llama_batch_init(n_prompt, 0, 1);
+    for (int32_t i = 0; i < n_prompt; ++i) {
+        batch.token[i] = tokens[size_t(i)];
+        batch.pos[i] = i;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = 0;
+        batch.logits[i] = 1;
+    }
+    batch.n_tokens = n_prompt;
+    int rc = 0;
+    if (llama_decode(ctx, batch) != 0) {
+        std::fprintf(stderr, "tpar-llama-logits: decoding the prompt failed\n");
+        rc = 1;
+    }
+    llama_token next = 0;
+    for (int32_t i = 0; rc == 0 && i < n_prompt; ++i) next = keep(i, tokens[size_t(i)]);
+    for (long g = 0; rc == 0 && g < n_gen; ++g) {
+        batch.token[0] = next;
+        batch.pos[0] = n_prompt + int32_t(g);
+        batch.n_seq_id[0] = 1;
+        batch.seq_id[0][0] = 0;
+        batch.logits[0] = 1;
+        batch.n_tokens = 1;
+        const llama_token fed = next;
+        if (llama_decode(ctx, batch) != 0) {
+            std::fprintf(stderr, "tpar-llama-logits: decoding token %ld failed\n", g);
+            rc = 1;
+            break;
+        }
+        next = keep(0, fed);
+    }
+    llama_batch_free(batch);
+    llama_free(ctx);
+    llama_model_free(model);
+    llama_backend_free();
+    if (rc == 0 && !save(out, l)) {
+        std::fprintf(stderr, "tpar-llama-logits: cannot write %s\n", out.c_str());
+        rc = 1;
+    }
+    if (rc == 0) std::printf("run: %u rows x %u logits (%d prompt tokens, %ld generated) -> %s\n", l.rows, l.vocab, n_prompt, n_gen, out.c_str());
+    return rc;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) usage_error("a command is needed: run or compare");
+    if (args[0] == "-h" || args[0] == "--help") {
+        std::fputs(usage_text, stdout);
+        return 0;
+    }
+    const std::string command = args[0];
+    args.erase(args.begin());
+    for (const auto & a : args) {
+        if (a == "-h" || a == "--help") {
+            std::fputs(usage_text, stdout);
+            return 0;
+        }
+    }
+    if (command == "run") return run(args);
+    if (command == "compare") return compare(args);
+    usage_error("unknown command '" + command + "': use run or compare");
+}
