@@ -90,7 +90,6 @@ struct MappedBuffer {
   vk::DeviceMemory memory;
   void* data = nullptr;
   vk::DeviceSize size = 0;
-  vk::MemoryPropertyFlags flags;
   MappedBuffer() = default;
   MappedBuffer(const MappedBuffer&) = delete;
   MappedBuffer& operator=(const MappedBuffer&) = delete;
@@ -128,7 +127,6 @@ inline std::unique_ptr<MappedBuffer> map_buffer(Device& dev, vk::DeviceSize size
   if (best == ~0u)
     throw Error(ErrorCode::unsupported, "device " + std::to_string(dev.index()) + " (" + dev.capabilities().name +
                                             ") offers no memory type for the relay's " + what);
-  out->flags = props.memoryTypes[best].propertyFlags;
   vk::MemoryAllocateInfo alloc(req.size, best);
   check(vkd.allocateMemory(&alloc, nullptr, &out->memory), std::string("vkAllocateMemory (") + what + ")");
   check(VULKAN_HPP_DEFAULT_DISPATCHER.vkBindBufferMemory(vkd, out->buffer, out->memory, 0), std::string("vkBindBufferMemory (") + what + ")");
@@ -186,7 +184,6 @@ class RelayHub {
   ~RelayHub() { stop(); }
 
   std::size_t max_count() const { return config_.max_bytes / sizeof(float); }
-  std::uint32_t queue_waits() const { return config_.queue_waits; }
 
   // Device d's slot and publish area for slot set `parity`, as its kernel binds them.
   vk::DescriptorBufferInfo slot(std::size_t d, std::uint32_t parity) const {
@@ -209,8 +206,6 @@ class RelayHub {
     return reinterpret_cast<std::uint64_t*>(static_cast<char*>(devices_[d].publish->data) + publish_block_ * parity +
                                             relay_layout::header_bytes);
   }
-  vk::MemoryPropertyFlags slot_memory(std::size_t d) const { return devices_[d].slots->flags; }
-  vk::MemoryPropertyFlags publish_memory(std::size_t d) const { return devices_[d].publish->flags; }
 
   // A relay call of `count` values on slot set `parity` (whose previous call has finished
   // on every device) is being recorded: its number, which is also the value its collect
@@ -404,20 +399,22 @@ class RelayHub {
       for (std::size_t d = 0; d < n_; ++d) {
         if (!contributes(d)) continue;
         std::uint64_t* units = publish_units(d, c.parity) + base;
+        const auto stamp_of = [&](std::size_t i) {
+          return static_cast<std::uint32_t>(std::atomic_ref<std::uint64_t>(units[i]).load(std::memory_order_relaxed) >> 32);
+        };
         for (;;) {
           std::uint32_t stale = 0;
-          std::size_t late = 0;
           for (std::size_t i = 0; i < m; ++i) {
             const std::uint64_t u = std::atomic_ref<std::uint64_t>(units[i]).load(std::memory_order_relaxed);
-            const std::uint32_t miss = static_cast<std::uint32_t>(u >> 32) ^ c.stamp;
-            if (miss && !stale) late = i;
-            stale |= miss;
+            stale |= static_cast<std::uint32_t>(u >> 32) ^ c.stamp;
             values[i] = std::bit_cast<float>(static_cast<std::uint32_t>(u));
           }
           if (!stale) break;
           // Wait on the first value not there yet, then read the chunk again.
-          std::atomic_ref<std::uint64_t> word(units[late]);
-          while (static_cast<std::uint32_t>(word.load(std::memory_order_relaxed) >> 32) != c.stamp)
+          std::size_t late = 0;
+          while (late < m && stamp_of(late) == c.stamp) ++late;
+          if (late == m) continue;  // it came meanwhile
+          while (stamp_of(late) != c.stamp)
             if (!backoff.step(deadline, quit_)) {
               why = "device " + std::to_string(d) + " did not publish value " + std::to_string(base + late) + " of " +
                     std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
@@ -425,7 +422,7 @@ class RelayHub {
             }
           backoff.progress();
         }
-        std::atomic_thread_fence(std::memory_order_acquire);
+        // Each value came in one 8-byte load with its stamp: nothing else needs ordering.
         if (first) std::copy_n(values, m, acc);
         else
           for (std::size_t i = 0; i < m; ++i) acc[i] += values[i];
