@@ -681,7 +681,7 @@ TEST_CASE("relay with host-played peers: one device forms a relay of 1 + k") {
   }
 }
 
-TEST_CASE("relay: calls above relay_max_bytes go to OneShot or the ring; several calls in flight and deferred") {
+TEST_CASE("relay: calls above relay_max_bytes go to OneShot or the ring, and calls in flight or deferred come out right") {
   VkEnv env(3, relay_sync_validation());
   if (!env.ok()) return;
   Options o = relay_options(16 << 10);
