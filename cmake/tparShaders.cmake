@@ -11,7 +11,7 @@
 #                                when the local glslc is not the one that made them).
 #                                Without glslc it registers nothing.
 
-set(TPAR_SHADER_NAMES pack combine oneshot)
+set(TPAR_SHADER_NAMES pack combine oneshot relay relay_clock)
 set_property(GLOBAL PROPERTY TPAR_SHADER_NAMES ${TPAR_SHADER_NAMES})
 
 set(_tpar_shader_root "${CMAKE_CURRENT_LIST_DIR}/..")

@@ -38,11 +38,13 @@ std::string staging_status(const tpar::DeviceGroup& g) {
 
 // What a communicator on this group would choose by default, TPAR_ALGO and TPAR_WIRE
 // applied: one sentence each, shared by the text and the JSON.
-std::string algorithm_text(const tpar::Options& o) {
+std::string algorithm_text(const tpar::Options& o, const tpar::RelayGate& relay) {
+  const std::string by_size = "OneShot while payload x (n-1) <= " + std::to_string(o.oneshot_max_bytes >> 20) + " MiB, ChunkedRing above";
+  const std::string relay_part = "the relay up to " + std::to_string(o.relay_max_bytes >> 10) + " KiB, ";
+  if (o.algo == tpar::AlgoChoice::relay) return relay_part + "larger calls " + by_size + " (TPAR_ALGO=relay)";
   if (o.algo != tpar::AlgoChoice::automatic)
     return std::string(tpar::to_string(o.algo)) + " for every size (TPAR_ALGO=" + std::string(tpar::to_string(o.algo)) + ")";
-  return "OneShot while payload x (n-1) <= " + std::to_string(o.oneshot_max_bytes >> 20) +
-         " MiB, ChunkedRing above (TPAR_ALGO)";
+  return (relay.automatic ? relay_part : std::string()) + by_size + " (TPAR_ALGO)";
 }
 
 std::string wire_text(const tpar::Options& o) {
@@ -74,13 +76,21 @@ void print_text(const tpar::DeviceGroup& g, const tpar::Options& o) {
     std::printf("  storage buffers      offset alignment %llu, max range %llu\n",
                 static_cast<unsigned long long>(c.min_storage_offset_alignment),
                 static_cast<unsigned long long>(c.max_storage_buffer_range));
+    std::printf("  mappable device mem  %s", c.host_visible_device_local_heap ? "" : "none");
+    if (c.host_visible_device_local_heap)
+      std::printf("%llu MiB", static_cast<unsigned long long>(c.host_visible_device_local_heap >> 20));
+    std::printf(", device clock in shaders %s%s\n", yes(d.enabled().shader_device_clock),
+                c.shader_loops_bounded() ? ", shader loops bounded by the driver" : "");
     std::printf("\n");
   }
   const auto gate = g.sync_gate();
   std::printf("transport for this group\n");
   std::printf("  cross-device sync    %s: %s\n", std::string(to_string(gate.choice)).c_str(), gate.reason.c_str());
   std::printf("  staging              %s\n", staging_status(g).c_str());
-  std::printf("  algorithm            %s\n", algorithm_text(o).c_str());
+  const auto relay = g.relay_gate();
+  std::printf("  relay                %s: %s\n", relay.automatic ? "automatic" : relay.possible ? "when asked for" : "unavailable",
+              relay.reason.c_str());
+  std::printf("  algorithm            %s\n", algorithm_text(o, relay).c_str());
   std::printf("  wire                 %s\n", wire_text(o).c_str());
 }
 
@@ -107,17 +117,24 @@ void print_json(const tpar::DeviceGroup& g, const tpar::Options& o) {
     std::printf("     \"timeline_fd_exportable\": %s, \"timeline_fd_importable\": %s, \"shader_float16\": %s, \"storage_16bit\": %s,\n",
                 c.timeline_fd_exportable ? "true" : "false", c.timeline_fd_importable ? "true" : "false",
                 c.shader_float16 ? "true" : "false", c.storage_16bit ? "true" : "false");
-    std::printf("     \"min_storage_offset_alignment\": %llu, \"max_storage_buffer_range\": %llu}%s\n",
+    std::printf("     \"min_storage_offset_alignment\": %llu, \"max_storage_buffer_range\": %llu,\n",
                 static_cast<unsigned long long>(c.min_storage_offset_alignment),
-                static_cast<unsigned long long>(c.max_storage_buffer_range), i + 1 < g.size() ? "," : "");
+                static_cast<unsigned long long>(c.max_storage_buffer_range));
+    std::printf("     \"host_visible_device_local_bytes\": %llu, \"shader_device_clock\": %s, \"shader_loops_bounded\": %s}%s\n",
+                static_cast<unsigned long long>(c.host_visible_device_local_heap), d.enabled().shader_device_clock ? "true" : "false",
+                c.shader_loops_bounded() ? "true" : "false", i + 1 < g.size() ? "," : "");
   }
   const auto gate = g.sync_gate();
   std::printf("  ],\n  \"sync\": {\"choice\": %s, \"native_possible\": %s, \"reason\": %s},\n",
               json_string(to_string(gate.choice)).c_str(), gate.native_possible ? "true" : "false",
               json_string(gate.reason).c_str());
+  const auto relay = g.relay_gate();
+  std::printf("  \"relay\": {\"possible\": %s, \"automatic\": %s, \"reason\": %s},\n", relay.possible ? "true" : "false",
+              relay.automatic ? "true" : "false", json_string(relay.reason).c_str());
   std::printf("  \"staging\": %s,\n", json_string(staging_status(g)).c_str());
-  std::printf("  \"algorithm\": {\"choice\": %s, \"oneshot_max_bytes\": %zu, \"text\": %s},\n",
-              json_string(tpar::to_string(o.algo)).c_str(), o.oneshot_max_bytes, json_string(algorithm_text(o)).c_str());
+  std::printf("  \"algorithm\": {\"choice\": %s, \"oneshot_max_bytes\": %zu, \"relay_max_bytes\": %zu, \"text\": %s},\n",
+              json_string(tpar::to_string(o.algo)).c_str(), o.oneshot_max_bytes, o.relay_max_bytes,
+              json_string(algorithm_text(o, relay)).c_str());
   std::printf("  \"wire\": {\"choice\": %s, \"bf16_min_bytes\": %zu, \"text\": %s}\n}\n",
               json_string(o.wire ? tpar::to_string(*o.wire) : "auto").c_str(), o.bf16_min_bytes, json_string(wire_text(o)).c_str());
 }
@@ -134,10 +151,10 @@ int main(int argc, char** argv) {
       std::printf(
           "Usage: tpar-info [options]\n"
           "Lists the Vulkan devices tpar would use, what each offers the AllReduce (queues,\n"
-          "host-memory import, shareable timeline semaphores, f16), and the transport tpar\n"
-          "would choose for them as a group: its sync, staging, and the algorithm and wire a\n"
-          "communicator picks by default (TPAR_ALGO and TPAR_WIRE applied; a bad value is a usage\n"
-          "error).\n%s\n\n"
+          "host-memory import, shareable timeline semaphores, f16, host-visible device\n"
+          "memory for the relay), and the transport tpar would choose for them as a group: its\n"
+          "sync, staging, relay, and the algorithm and wire a communicator picks by default\n"
+          "(TPAR_ALGO and TPAR_WIRE applied; a bad value is a usage error).\n%s\n\n"
           "  --json                machine-readable output\n"
           "  -h, --help            this text\n\n%s",
           tpar_cli::exit_status_help, tpar_cli::device_flags_help());

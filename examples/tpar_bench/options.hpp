@@ -20,7 +20,7 @@ namespace tpar_bench {
 // Every algorithm tpar-bench can ask for by name, besides auto: --algo's values, what
 // --algo all runs, and what --soak draws from. A new AlgoChoice is added here (its name
 // comes from tpar::to_string).
-inline constexpr tpar::AlgoChoice algo_choices[] = {tpar::AlgoChoice::oneshot, tpar::AlgoChoice::ring};
+inline constexpr tpar::AlgoChoice algo_choices[] = {tpar::AlgoChoice::oneshot, tpar::AlgoChoice::ring, tpar::AlgoChoice::relay};
 // Every wire, besides auto: --wire's values, --wire all, and what --soak draws from.
 inline constexpr tpar::Wire wire_choices[] = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
 
@@ -51,6 +51,8 @@ struct Config {
   std::optional<std::uint64_t> seed;
   bool inject_fault = false;  // --soak: corrupt two values after the first round's calls
   bool dry_run = false;
+  std::size_t relay_max = 0;        // --relay-max: Options::relay_max_bytes (0: tpar's default)
+  std::uint32_t relay_peers = 0;    // --relay-peers: the relay's floor, one device and K host-played peers
   tpar::GroupOptions group;
   bool explicit_devices = false;
   std::set<std::string> given;  // the flags on the command line, by their long names
@@ -78,8 +80,9 @@ inline void print_help() {
       "payload, wire, algorithm, sync, time per call (us), algbw = bytes/time and busbw =\n"
       "algbw*2(n-1)/n (GB/s), max error relative to sum|x| on random data, #wrong values on\n"
       "integer data (must be 0), host CPU time per call (us: every thread of the process, less\n"
-      "the bench's own wait for the results), and with --link the\n"
-      "efficiency against the host-staging bound. On one device there is nothing to reduce:\n"
+      "the bench's own wait for the results), with --link the efficiency against the\n"
+      "host-staging bound, and relay(us), the CPU per call of the relay's host thread (part of\n"
+      "cpu(us), for rows whose calls took the relay). On one device there is nothing to reduce:\n"
       "the time is the call's overhead, and algbw and busbw are not given.\n"
       "%s, 3 a result checked wrong.\n\n"
       "Sizes (bytes, with K, M or G; each a multiple of 4, the f32 payload being whole values):\n"
@@ -116,6 +119,8 @@ inline void print_help() {
       "  --profile             after each row, one more call with GPU timestamps around every\n"
       "                        batch: per device and queue, batches, busy time and the span\n"
       "  --profile-out PREFIX  also write every batch to PREFIX-<bytes>-<wire>-<algo>.csv\n"
+      "  --relay-max SIZE      the largest payload the relay takes (Options::relay_max_bytes,\n"
+      "                        default 64K); with --algo relay, larger calls go as auto\n"
       "Other modes (instead of the table):\n"
       "  --link-only           only measure the host-staging bandwidth (--link-bytes,\n"
       "                        --link-window, --json)\n"
@@ -132,6 +137,10 @@ inline void print_help() {
       "  --inject-fault        --soak: change one result and one byte beside the calls' spans\n"
       "                        after the first calls: the soak must report both (a test of\n"
       "                        the test)\n"
+      "  --relay-peers K       the relay's floor: one device (the first selected) with K more\n"
+      "                        played by the relay's host thread (1 to 31), every call through\n"
+      "                        the relay, sizes 4K to 1M by default; the table as above, busbw\n"
+      "                        for n = 1 + K, results checked against the peers' known values\n"
       "  --dry-run             check the flags and open the devices, then stop (exit 0 when a\n"
       "                        run could start)\n"
       "Output:\n"
@@ -167,13 +176,15 @@ inline void check_mode_flags(const Config& c) {
       {"--submit-cost", {"--iters"}},
       {"--soak", {"--min-bytes", "--max-bytes", "--sizes", "--wire", "--algo", "--sync", "--defer", "--depth",
                   "--piece-bytes", "--lanes", "--max-pieces", "--downloads", "--seed", "--inject-fault"}},
+      {"--relay-peers", {"--min-bytes", "--max-bytes", "--factor", "--sizes", "--iters", "--warmup", "--repeat", "--defer",
+                         "--depth", "--relay-max", "--profile", "--profile-out", "--csv", "--json"}},
   };
   const std::vector<std::string_view> everywhere = {"--quiet", "--dry-run"};
   const Mode* chosen = nullptr;
   for (const auto& m : modes) {
     if (!c.has(m.flag)) continue;
     if (chosen)
-      tpar_cli::usage_error(program, std::string("choose one of --link-only, --wake, --submit-cost and --soak (got ") +
+      tpar_cli::usage_error(program, std::string("choose one of --link-only, --wake, --submit-cost, --soak and --relay-peers (got ") +
                                          chosen->flag + " and " + m.flag + ")");
     chosen = &m;
   }
@@ -289,6 +300,12 @@ inline Config parse(int argc, char** argv) {
       c.inject_fault = true;
     } else if (a == "--dry-run") {
       c.dry_run = true;
+    } else if (a == "--relay-max") {
+      c.relay_max = parse_payload(a, value());
+      if (c.relay_max > (std::size_t{64} << 20)) tpar_cli::usage_error(program, "--relay-max takes at most 64M");
+    } else if (a == "--relay-peers") {
+      c.relay_peers = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+      if (c.relay_peers < 1 || c.relay_peers > 31) tpar_cli::usage_error(program, "--relay-peers takes 1 to 31");
     } else if (a == "--profile") {
       c.profile = true;
     } else if (a == "--profile-out") {
@@ -314,6 +331,7 @@ inline Config parse(int argc, char** argv) {
   if (c.link_window && !c.link) tpar_cli::usage_error(program, "--link-window needs --link or --link-only");
   if (!c.sizes.empty() && (c.has("--min-bytes") || c.has("--max-bytes") || c.has("--factor")))
     tpar_cli::usage_error(program, "--sizes gives the sizes: it takes no -b, -e or -f");
+  if (c.relay_peers && !c.has("--min-bytes")) c.min_bytes = 4 << 10;
   if (c.has("--min-bytes") && c.has("--max-bytes") && c.min_bytes > c.max_bytes)
     tpar_cli::usage_error(program, "-b " + human_bytes(c.min_bytes) + " is above -e " + human_bytes(c.max_bytes) +
                                        ": no size lies between them");
@@ -324,7 +342,10 @@ inline Config parse(int argc, char** argv) {
 // empty range is a usage error.
 inline std::vector<std::size_t> table_sizes(const Config& c, bool gpu) {
   if (!c.sizes.empty()) return c.sizes;
-  const std::size_t max = c.max_bytes ? c.max_bytes : (gpu ? std::size_t{256} << 20 : std::size_t{4} << 20);
+  const std::size_t max = c.max_bytes              ? c.max_bytes
+                          : c.relay_peers          ? std::size_t{1} << 20
+                          : gpu                    ? std::size_t{256} << 20
+                                                   : std::size_t{4} << 20;
   if (c.min_bytes > max) {
     if (c.has("--max-bytes"))
       tpar_cli::usage_error(program, "-e " + human_bytes(max) + " is below the smallest size, " + human_bytes(c.min_bytes) +

@@ -15,13 +15,14 @@
 
 namespace tpar_bench {
 
-// One line of the table. algbw, busbw and eff are negative where the row has none (one
-// device; no --link).
+// One line of the table. algbw, busbw, eff and relay_cpu_us are negative where the row
+// has none (one device; no --link; no relay call).
 struct Row {
   std::size_t bytes, count;
   std::string wire, algo, sync;
   double time_us, algbw, busbw, max_err, cpu_us, eff;
   std::size_t wrong;
+  double relay_cpu_us = -1;  // the relay's host thread, per call (part of cpu_us)
 };
 
 inline std::string combo_name(const LinkCombo& c, const LinkFigures& link) {
@@ -64,9 +65,10 @@ inline void print_link_json(const LinkFigures& link, const Config& cfg, std::siz
 // The text table's header (the device line unless the link table already gave it).
 inline void print_table_header(const Config& cfg, const std::string& header, std::size_t n) {
   if (!cfg.link) std::printf("# %s\n", header.c_str());
-  if (n == 1) std::printf("# one device: nothing to reduce, so no algbw or busbw; time(us) is the call's overhead\n");
-  std::printf("# %12s %11s %5s %8s %12s %10s %9s %9s %9s %7s %8s %6s\n", "bytes", "count", "wire", "algo", "sync", "time(us)",
-              "algbw", "busbw", "max err", "#wrong", "cpu(us)", "eff");
+  if (n == 1 && !cfg.relay_peers)
+    std::printf("# one device: nothing to reduce, so no algbw or busbw; time(us) is the call's overhead\n");
+  std::printf("# %12s %11s %5s %8s %12s %10s %9s %9s %9s %7s %8s %6s %9s\n", "bytes", "count", "wire", "algo", "sync", "time(us)",
+              "algbw", "busbw", "max err", "#wrong", "cpu(us)", "eff", "relay(us)");
 }
 
 // A figure the row lacks (negative: see Row) as "-", null or nothing.
@@ -78,10 +80,10 @@ inline std::string figure(double v, const char* format, const char* absent) {
 }
 
 inline void print_row(const Row& row) {
-  std::printf("  %12zu %11zu %5s %8s %12s %10.1f %9s %9s %9.2e %7zu %8.1f %6s\n", row.bytes, row.count, row.wire.c_str(),
+  std::printf("  %12zu %11zu %5s %8s %12s %10.1f %9s %9s %9.2e %7zu %8.1f %6s %9s\n", row.bytes, row.count, row.wire.c_str(),
               row.algo.c_str(), row.sync.c_str(), row.time_us, figure(row.algbw, "%.2f", "-").c_str(),
               figure(row.busbw, "%.2f", "-").c_str(), row.max_err, row.wrong, row.cpu_us,
-              figure(row.eff * 100, "%5.0f%%", "-").c_str());
+              figure(row.eff * 100, "%5.0f%%", "-").c_str(), figure(row.relay_cpu_us, "%.1f", "-").c_str());
   std::fflush(stdout);
 }
 
@@ -136,21 +138,22 @@ inline void print_profile(const tpar::CallProfile& prof, const Config& cfg, std:
 // The end of the table: every row (--csv, --json) or the verdict line (text).
 inline void print_rows(const std::vector<Row>& rows, const Config& cfg, std::size_t n, const std::string& names, bool all_ok) {
   if (cfg.csv) {
-    std::printf("bytes,count,wire,algo,sync,time_us,algbw_gbps,busbw_gbps,max_err,wrong,cpu_us,efficiency\n");
+    std::printf("bytes,count,wire,algo,sync,time_us,algbw_gbps,busbw_gbps,max_err,wrong,cpu_us,efficiency,relay_cpu_us\n");
     for (const auto& r : rows)
-      std::printf("%zu,%zu,%s,%s,%s,%.3f,%s,%s,%.3e,%zu,%.3f,%s\n", r.bytes, r.count, r.wire.c_str(), r.algo.c_str(),
+      std::printf("%zu,%zu,%s,%s,%s,%.3f,%s,%s,%.3e,%zu,%.3f,%s,%s\n", r.bytes, r.count, r.wire.c_str(), r.algo.c_str(),
                   r.sync.c_str(), r.time_us, figure(r.algbw, "%.4f", "").c_str(), figure(r.busbw, "%.4f", "").c_str(),
-                  r.max_err, r.wrong, r.cpu_us, figure(r.eff, "%f", "").c_str());
+                  r.max_err, r.wrong, r.cpu_us, figure(r.eff, "%f", "").c_str(), figure(r.relay_cpu_us, "%.3f", "").c_str());
   } else if (cfg.json) {
     std::printf("{\"devices\": %zu, \"names\": %s, \"rows\": [\n", n, tpar_cli::json_string(names).c_str());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       std::printf("  {\"bytes\": %zu, \"count\": %zu, \"wire\": \"%s\", \"algo\": \"%s\", \"sync\": \"%s\", \"time_us\": %.3f, "
                   "\"algbw_gbps\": %s, \"busbw_gbps\": %s, \"max_err\": %.3e, \"wrong\": %zu, \"cpu_us\": %.3f, "
-                  "\"efficiency\": %s}%s\n",
+                  "\"efficiency\": %s, \"relay_cpu_us\": %s}%s\n",
                   r.bytes, r.count, r.wire.c_str(), r.algo.c_str(), r.sync.c_str(), r.time_us,
                   figure(r.algbw, "%.4f", "null").c_str(), figure(r.busbw, "%.4f", "null").c_str(), r.max_err, r.wrong,
-                  r.cpu_us, figure(r.eff, "%f", "null").c_str(), i + 1 < rows.size() ? "," : "");
+                  r.cpu_us, figure(r.eff, "%f", "null").c_str(), figure(r.relay_cpu_us, "%.3f", "null").c_str(),
+                  i + 1 < rows.size() ? "," : "");
     }
     std::printf("]}\n");
   } else {

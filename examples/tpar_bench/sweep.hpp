@@ -53,8 +53,12 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
     if (cfg.max_pieces) options.max_pieces = cfg.max_pieces;
     options.downloads = cfg.downloads;
     options.depth = cfg.depth ? cfg.depth : cfg.defer > 1 ? std::min<std::uint32_t>(8, 2 * cfg.defer) : options.depth;
+    if (cfg.relay_max) options.relay_max_bytes = cfg.relay_max;
+    else if (cfg.relay_peers) options.relay_max_bytes = std::max(options.relay_max_bytes, largest);
+    options.relay_host_peers = cfg.relay_peers;
     auto comm = tpar::make_communicator(group, options);
-    const std::string sync_name(to_string(comm.sync_kind()));
+    // With host-played peers no cross-device sync runs: the relay's thread is the peer.
+    const std::string sync_name = cfg.relay_peers ? std::string("host-played") : std::string(to_string(comm.sync_kind()));
     if (text && !header_printed) {  // once a communicator exists: a failure to make one prints nothing
       print_table_header(cfg, header, n);
       header_printed = true;
@@ -63,6 +67,10 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
       std::printf("# ring downloads: %s\n", comm.schedule_request(1).separate_downloads
                                                 ? "batches of their own (second transfer queue where the device has one)"
                                                 : "in the combine's batch (compute queue)");
+    if (text && cfg.relay_peers)
+      std::printf("# relay floor: device 0 and %u peer%s played by the relay's host thread (n = %zu), every call through the "
+                  "relay; relay(us) is that thread's CPU per call, part of cpu(us)\n",
+                  cfg.relay_peers, cfg.relay_peers == 1 ? "" : "s", n + cfg.relay_peers);
     if (text && cfg.defer > 1)
       std::printf("# timed calls: %u per submission (deferred, then flushed), depth %u\n", cfg.defer, options.depth);
     for (std::size_t bytes : cfg.sizes) {
@@ -98,9 +106,10 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
         for (int i = 0; i < cfg.warmup; ++i) comm.allreduce(spans, args).wait();
         restore();
         const int iters = cfg.iters ? cfg.iters : bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 40 : 10;
-        std::vector<double> runs, cpus;
+        std::vector<double> runs, cpus, relay_cpus;
         for (int rep = 0; rep < cfg.repeat; ++rep) {
         double seconds = 0, cpu = 0;
+        const tpar::RelayStats relay0 = comm.relay_stats();
         for (int done = 0; done < iters;) {
           const int k = std::min(batch, iters - done);
           const double c0 = cpu_seconds();
@@ -122,13 +131,17 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
         }
         runs.push_back(seconds);
         cpus.push_back(cpu);
+        const tpar::RelayStats relay1 = comm.relay_stats();
+        relay_cpus.push_back(relay1.calls > relay0.calls ? std::chrono::duration<double>(relay1.cpu - relay0.cpu).count() : -1.0);
         restore();
         }
         // Medians: a run disturbed by something else on the host moves neither figure.
         std::sort(runs.begin(), runs.end());
         std::sort(cpus.begin(), cpus.end());
+        std::sort(relay_cpus.begin(), relay_cpus.end());
         const double seconds = runs[runs.size() / 2];
         const double cpu = cpus[cpus.size() / 2];
+        const double relay_cpu = relay_cpus[relay_cpus.size() / 2];
         const auto info = comm.last_call();
 
         // Correctness: integers must be exact everywhere; random data within the bound.
@@ -155,6 +168,10 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
                 exact += x[d][i];
                 mag += std::fabs(x[d][i]);
               }
+              for (std::uint32_t p = 0; p < cfg.relay_peers; ++p) {  // what the relay's thread contributes
+                exact += tpar::relay_host_peer_value(p, i);
+                mag += std::fabs(tpar::relay_host_peer_value(p, i));
+              }
               for (std::size_t d = 0; d < n; ++d) {
                 const float got = static_cast<const float*>(rigs[d]->stage->mapped)[i];
                 if (pass == 0) wrong += got != static_cast<float>(exact);
@@ -175,12 +192,15 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
         row.algo = std::string(info.algorithm);
         row.sync = sync_name;
         row.time_us = seconds / iters * 1e6;
-        // One device moves nothing: no bandwidth to speak of (print_row shows "-").
-        row.algbw = n > 1 ? double(bytes) / (seconds / iters) / 1e9 : -1;
-        row.busbw = n > 1 ? row.algbw * 2.0 * double(n - 1) / double(n) : -1;
+        // One device moves nothing: no bandwidth to speak of (print_row shows "-"). With
+        // host-played peers the relay reduces over n + peers.
+        const std::size_t reduced = n + cfg.relay_peers;
+        row.algbw = reduced > 1 ? double(bytes) / (seconds / iters) / 1e9 : -1;
+        row.busbw = reduced > 1 ? row.algbw * 2.0 * double(reduced - 1) / double(reduced) : -1;
         row.max_err = max_err;
         row.wrong = wrong;
         row.cpu_us = cpu / iters * 1e6;
+        row.relay_cpu_us = relay_cpu < 0 ? -1 : relay_cpu / iters * 1e6;
         row.eff = -1;
         if (link && n > 1) {
           auto rq = comm.schedule_request(count, wire);

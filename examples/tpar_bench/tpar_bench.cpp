@@ -51,12 +51,15 @@ int main(int argc, char** argv) {
   Config cfg = parse(argc, argv);
   const tpar::Options env = apply_environment(cfg);
   try {
+    if (cfg.relay_peers && !cfg.explicit_devices) cfg.group.select.first(1);  // the relay's floor: one device
     auto group = tpar_cli::open_group(cfg.group);
     if (!cfg.explicit_devices && !group[0].capabilities().is_gpu()) {
       // No GPU: four lavapipe virtual devices, so the AllReduce has something to do.
-      cfg.group.select.virtual_devices(4);
+      cfg.group.select.virtual_devices(cfg.relay_peers ? 1 : 4);
       group = tpar_cli::open_group(cfg.group);
     }
+    if (cfg.relay_peers && group.size() != 1)
+      tpar_cli::usage_error(program, "--relay-peers runs on one device (its peers are played by the host): select one");
     const std::size_t n = group.size();
     const bool gpu = group[0].capabilities().is_gpu();
     if (cfg.soak_seconds > 0) {

@@ -412,13 +412,16 @@ tpar_result tpar_comm_create(const tpar_group* group, const tpar_comm_options* o
         case TPAR_ALGO_AUTO: o.algo = tpar::AlgoChoice::automatic; break;
         case TPAR_ALGO_RING: o.algo = tpar::AlgoChoice::ring; break;
         case TPAR_ALGO_ONESHOT: o.algo = tpar::AlgoChoice::oneshot; break;
-        default: invalid("options.algo = " + std::to_string(int(c.algo)) + " is not a tpar_algo (TPAR_ALGO_AUTO, _RING, _ONESHOT)");
+        case TPAR_ALGO_RELAY: o.algo = tpar::AlgoChoice::relay; break;
+        default:
+          invalid("options.algo = " + std::to_string(int(c.algo)) + " is not a tpar_algo (TPAR_ALGO_AUTO, _RING, _ONESHOT, _RELAY)");
       }
       o.wire = to_wire(c.wire, "options.wire");
       if (c.depth) o.depth = c.depth;
       if (c.timeout_ns) o.timeout = duration(c.timeout_ns);
       if (c.oneshot_max_bytes) o.oneshot_max_bytes = static_cast<std::size_t>(c.oneshot_max_bytes);
       if (c.bf16_min_bytes) o.bf16_min_bytes = static_cast<std::size_t>(c.bf16_min_bytes);
+      if (c.relay_max_bytes) o.relay_max_bytes = static_cast<std::size_t>(c.relay_max_bytes);
     }
     auto handle = std::make_unique<tpar_comm>();
     handle->comm = std::make_shared<tpar::AnyCommunicator>(tpar::make_communicator(group->group, o));

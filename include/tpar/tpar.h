@@ -264,9 +264,11 @@ typedef enum tpar_sync {
 } tpar_sync;
 
 typedef enum tpar_algo {
-  TPAR_ALGO_AUTO = 0,    /* OneShot while payload x (n - 1) <= oneshot_max_bytes, else ring */
+  TPAR_ALGO_AUTO = 0,    /* the relay up to relay_max_bytes where the group allows it, then
+                            OneShot while payload x (n - 1) <= oneshot_max_bytes, else ring */
   TPAR_ALGO_RING = 1,    /* ChunkedRing */
   TPAR_ALGO_ONESHOT = 2, /* OneShot */
+  TPAR_ALGO_RELAY = 3,   /* the relay for calls up to relay_max_bytes, larger ones as AUTO */
   TPAR_ALGO_MAX_ENUM = 0x7FFFFFFF
 } tpar_algo;
 
@@ -291,7 +293,8 @@ typedef struct tpar_comm_options {
   uint64_t timeout_ns;        /* bound on every wait tpar makes; 0 = default (10 s) */
   uint64_t oneshot_max_bytes; /* 0 = default (12 MiB) */
   uint64_t bf16_min_bytes;    /* payload from which the automatic wire is bf16; 0 = default (1 MiB) */
-  uint64_t reserved[8];       /* zero */
+  uint64_t relay_max_bytes;   /* the largest payload the relay takes; 0 = default (64 KiB) */
+  uint64_t reserved[7];       /* zero */
 } tpar_comm_options;
 
 /* Builds the communicator (sync policy, algorithm and wire chosen at run time) over
@@ -307,8 +310,8 @@ typedef struct tpar_comm_info {
   uint32_t device_count;
   tpar_sync sync;             /* the policy in use: TPAR_SYNC_NATIVE or TPAR_SYNC_PROXY */
   const char* sync_reason;    /* why, in a sentence */
-  const char* last_algorithm; /* the last call's algorithm: "ring", "oneshot", "none" (count 0),
-                                 "" before any call */
+  const char* last_algorithm; /* the last call's algorithm: "ring", "oneshot", "relay", "none"
+                                 (count 0), "" before any call */
   tpar_wire last_wire;        /* the last call's wire (TPAR_WIRE_AUTO before any call) */
   uint64_t staging_bytes;     /* host staging memory held */
   uint64_t reserved[4];

@@ -22,6 +22,7 @@
 #include <tpar/algo/by_size.hpp>
 #include <tpar/algo/chunked_ring.hpp>
 #include <tpar/algo/one_shot.hpp>
+#include <tpar/algo/relay.hpp>
 #include <tpar/algo/request.hpp>
 #include <tpar/comm/any_communicator.hpp>
 #include <tpar/comm/communicator.hpp>

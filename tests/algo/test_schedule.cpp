@@ -2,8 +2,10 @@
 // order-independent (no forgotten dependency), bit-identical on all devices, exact on
 // integers and within the documented bound on random values.
 #include <doctest/doctest.h>
+#include <tpar/algo/by_size.hpp>
 #include <tpar/algo/chunked_ring.hpp>
 #include <tpar/algo/one_shot.hpp>
+#include <tpar/algo/relay.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -219,3 +221,100 @@ TEST_CASE("ChunkedRing with separate downloads: each on its own queue, the combi
   }
 }
 
+
+TEST_CASE("Relay: one compute batch and one kernel per device, or publish and collect where the queue waits") {
+  for (std::uint32_t n : {1u, 2u, 4u, 8u})
+    for (std::uint32_t contributing : {(1u << n) - 1, ((1u << n) - 1) & ~1u, 0u})
+      for (std::uint32_t queue_waits : {0u, (1u << n) - 1, 2u}) {
+        ScheduleRequest rq;
+        rq.devices = n;
+        rq.count = 4097;
+        rq.wire = Wire::bf16;  // asked for; the relay carries f32
+        rq.contributing = contributing;
+        rq.relay_queue_waits = queue_waits;
+        rq.relay_spin_bound_ms = 1234;
+        const Schedule s = Relay::build(rq);
+        CAPTURE(n);
+        CAPTURE(contributing);
+        CAPTURE(queue_waits);
+        CHECK(s.algorithm == "relay");
+        CHECK(s.wire == Wire::f32);
+        for (std::uint32_t d = 0; d < n; ++d) {
+          CAPTURE(d);
+          const auto& bs = s.devices[d].batches;
+          CHECK(s.host_bytes[d] == 0);  // no host staging: the relay has memory of its own
+          const std::uint32_t publish = relay_mode::arrive | (rq.contributes(d) ? relay_mode::contribute : 0u);
+          for (const auto& b : bs) {
+            CHECK(b.role == Role::compute);
+            CHECK(queue_of(b) == Role::compute);
+            CHECK(b.waits.empty());  // no cross-device semaphore at all
+            CHECK(b.commands.front().kernel == Kernel::relay);
+            CHECK(b.commands.front().args.count == rq.count);
+            CHECK(b.commands.front().args.spin_bound == 1234);
+          }
+          CHECK(bs.front().wait_ready);
+          CHECK(bs.front().wait_previous_call);
+          if ((queue_waits >> d) & 1u) {
+            REQUIRE(bs.size() == 2);
+            CHECK(bs[0].commands[0].args.mode == publish);
+            CHECK_FALSE(bs[0].wait_relay);
+            CHECK(bs[1].wait_relay);
+            CHECK_FALSE(bs[1].wait_ready);
+            CHECK(bs[1].commands[0].args.mode == relay_mode::collect);
+          } else {
+            REQUIRE(bs.size() == 1);
+            CHECK_FALSE(bs[0].wait_relay);
+            CHECK(bs[0].commands[0].args.mode == (publish | relay_mode::collect));
+          }
+        }
+      }
+}
+
+TEST_CASE("BySize: the relay up to relay_max_bytes where allowed or asked for, then OneShot and ChunkedRing") {
+  ScheduleRequest rq;
+  rq.devices = 4;
+  rq.relay_max_bytes = 64 << 10;
+  rq.oneshot_max_bytes = 12 << 20;
+  auto algo = [&](std::size_t count) {
+    rq.count = count;
+    return std::string(BySize::build(rq).algorithm);
+  };
+  // Not allowed automatically (one physical device, or no host-visible device memory).
+  rq.relay_automatic = false;
+  CHECK(algo(4096) == "oneshot");
+  // Allowed: the small calls.
+  rq.relay_automatic = true;
+  CHECK(algo(1) == "relay");
+  CHECK(algo(16384) == "relay");   // 64 KiB
+  CHECK(algo(16385) == "oneshot");
+  CHECK(algo(std::size_t{8} << 20) == "ring");
+  // A single device needs no relay.
+  rq.devices = 1;
+  CHECK(algo(16) == "oneshot");
+  rq.devices = 4;
+  // Asked for: every call that fits, the rest as automatic; other choices keep theirs.
+  rq.relay_automatic = false;
+  rq.choice = AlgoChoice::relay;
+  CHECK(algo(16384) == "relay");
+  CHECK(algo(16385) == "oneshot");
+  CHECK(algo(std::size_t{8} << 20) == "ring");
+  rq.devices = 1;
+  CHECK(algo(16) == "relay");  // host-played peers
+  rq.devices = 4;
+  rq.relay_automatic = true;
+  rq.choice = AlgoChoice::oneshot;
+  CHECK(algo(16) == "oneshot");
+  rq.choice = AlgoChoice::ring;
+  CHECK(algo(16) == "ring");
+}
+
+TEST_CASE("host-played peers contribute small integers") {
+  for (std::uint32_t p = 0; p < 31; ++p)
+    for (std::size_t i = 0; i < 1000; ++i) {
+      const float v = relay_host_peer_value(p, i);
+      CHECK(v == float(int(v)));
+      CHECK(v >= -8.0f);
+      CHECK(v <= 7.0f);
+    }
+  CHECK(relay_host_peer_value(0, 0) != relay_host_peer_value(1, 0));
+}

@@ -733,6 +733,24 @@ static int test_created(int n) {
     CHECK(OK(tpar_comm_get_info(ring, &info)) && strcmp(info.last_algorithm, "ring") == 0 && info.last_wire == TPAR_WIRE_F32);
   }
 
+  section("allreduce: the relay (TPAR_ALGO_RELAY)");
+  {
+    tpar_comm* relay = NULL;
+    memset(&co, 0, sizeof co);
+    co.timeout_ns = test_timeout_ns;
+    co.algo = TPAR_ALGO_RELAY;
+    co.relay_max_bytes = 128 * 1024;
+    if (OK(tpar_comm_create(group, &co, &relay))) {
+      for (int d = 0; d < n; ++d) fill(&bufs[d], d, off, SMALL, 0);
+      make_spans(spans, bufs, n, off, SMALL);
+      CHECK(run(relay, spans, n, NULL));
+      CHECK(check_sums(bufs, n, off, SMALL, 0, NULL));
+      CHECK(OK(tpar_comm_get_info(relay, &info)) && strcmp(info.last_algorithm, "relay") == 0 &&
+            info.last_wire == TPAR_WIRE_F32);
+      tpar_comm_destroy(relay);
+    }
+  }
+
   section("allreduce: deferred calls, submitted by a flush or by a wait");
   for (int d = 0; d < n; ++d) fill(&bufs[d], d, off, SMALL, 0);
   make_spans(spans, bufs, n, off, SMALL);
@@ -832,7 +850,7 @@ static int test_created(int n) {
     co.wire = (tpar_wire)5;
     FAILS(tpar_comm_create(group, &co, &other), TPAR_ERROR_INVALID_ARGUMENT);
     memset(&co, 0, sizeof co);
-    co.reserved[7] = 1;
+    co.reserved[6] = 1;
     FAILS(tpar_comm_create(group, &co, &other), TPAR_ERROR_INVALID_ARGUMENT);
     FAILS(tpar_comm_create(group, NULL, NULL), TPAR_ERROR_INVALID_ARGUMENT);
     FAILS(tpar_comm_get_info(comm, NULL), TPAR_ERROR_INVALID_ARGUMENT);

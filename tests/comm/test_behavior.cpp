@@ -8,6 +8,7 @@
 #include "support/numerics.hpp"
 #include "support/rig.hpp"
 #include "support/simulate.hpp"
+#include "support/test_timeline.hpp"
 
 #include <sys/resource.h>
 
@@ -38,22 +39,6 @@ double process_cpu_seconds() {
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-
-// A timeline semaphore the test owns on one device.
-struct TestTimeline {
-  vk::Device device;
-  vk::Semaphore semaphore;
-  explicit TestTimeline(vk::Device d) : device(d) {
-    vk::SemaphoreTypeCreateInfo type(vk::SemaphoreType::eTimeline, 0);
-    vk::SemaphoreCreateInfo info({}, &type);
-    REQUIRE(device.createSemaphore(&info, nullptr, &semaphore) == vk::Result::eSuccess);
-  }
-  ~TestTimeline() { device.destroySemaphore(semaphore); }
-  void signal(std::uint64_t v) const {
-    vk::SemaphoreSignalInfo s(semaphore, v);
-    REQUIRE(device.signalSemaphore(&s) == vk::Result::eSuccess);
-  }
-};
 
 // Issues one call per count on buffers of its own, all in flight at once, then waits for
 // each and checks it exactly (integer inputs, seeds seed, seed + 1, ...); returns how many
@@ -520,7 +505,7 @@ TEST_CASE("two communicators on one group, used from two threads at once, reach 
 
 TEST_CASE("two communicators on one group, 50 calls each from two threads, OneShot and ring: every result right") {
   // Without one submission order per group this deadlocked within 10 calls here.
-  VkEnv env(3, false);
+  VkEnv env(3, {.old_layer_ok = false});
   if (!env.ok()) return;
   Options o = test_opts();
   o.timeout = 20s;

@@ -82,7 +82,7 @@ constexpr AlgoChoice algos[] = {AlgoChoice::oneshot, AlgoChoice::ring};
 // many short-lived communicators, on which its timeline tracking stalls 10 s at a time
 // (40 s here, for 0.3 s of work); they are about results, not API use.
 TEST_CASE("subnormal inputs: within the bound plus n * 2^-126; flushed to zero on the f16 wire") {
-  VkEnv env(2, false);
+  VkEnv env(2, {.old_layer_ok = false});
   if (!env.ok()) return;
   {
     vk::PhysicalDeviceFloatControlsProperties fc;
@@ -122,7 +122,7 @@ TEST_CASE("subnormal inputs: within the bound plus n * 2^-126; flushed to zero o
 }
 
 TEST_CASE("sums past the largest finite f32 become infinite in each algorithm's own order; devices agree") {
-  VkEnv env(3, false);
+  VkEnv env(3, {.old_layer_ok = false});
   if (!env.ok()) return;
   auto constant = [](std::initializer_list<float> per_device) {
     std::vector<std::vector<float>> x;

@@ -90,7 +90,8 @@ std::span<const std::uint32_t> shader_code(Shader s) {
   return {};
 }
 
-// The push-constant block every shader declares (std430, 36 bytes).
+// The push-constant block pack, combine and oneshot declare (std430, 40 bytes): the start
+// of tpar::KernelArgs, whose last word only the relay reads (tests/comm/test_relay.cpp).
 struct Push {
   std::uint32_t count = 0;
   std::uint32_t user_off = 0;
@@ -103,7 +104,7 @@ struct Push {
   std::uint32_t host_out_off = ~0u;  // pack: second copy of the output into host.w; ~0: none
   std::uint32_t self = 0;            // oneshot DIRECT: this device's segment
 };
-static_assert(sizeof(Push) == 40);  // tpar::KernelArgs
+static_assert(sizeof(Push) == 40);
 
 // oneshot DIRECT reads peer[j] (binding 3, 8 entries): here window j of the host buffer,
 // so every peer's segment lives in its own place.

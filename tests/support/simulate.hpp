@@ -64,6 +64,10 @@ inline void run_kernel(Wire w, const Command& c, std::vector<SimDevice>& devs, s
       }
       return;
     }
+    case Kernel::relay:
+      // Its sum is formed by the communicator's host thread while the kernels run: tested
+      // on devices (tests/comm/test_relay.cpp), not here.
+      throw std::runtime_error("the relay is not simulated");
     case Kernel::oneshot: {
       bool first = true;
       std::vector<float> sum(a.count, 0.0f);

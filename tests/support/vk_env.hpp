@@ -75,9 +75,10 @@ inline bool use_real_gpus() {
   return v && std::string(v) == "gpus";
 }
 
-inline tpar::GroupOptions test_options(ValidationLog& log, std::uint32_t n) {
+inline tpar::GroupOptions test_options(ValidationLog& log, std::uint32_t n, bool sync_validation = true) {
   tpar::GroupOptions o;
   o.validation = !std::getenv("TPAR_TEST_NO_VALIDATION");
+  o.sync_validation = sync_validation;
   o.on_validation = [&log](const tpar::ValidationMessage& m) { log.add(m); };
   if (use_real_gpus()) o.select.first(n);
   else o.select.virtual_devices(n);
@@ -131,11 +132,18 @@ class TestBuffer {
 // validation layer reported an error while it lived.
 class VkEnv {
  public:
-  // `old_layer_ok`: false leaves the validation layer off where it is older than
-  // 1.3.296, whose timeline tracking stalls 10 s at a time under host signals from
-  // several threads at once (see is_layer_self_report); for tests that are about
-  // results under such load, not about API usage.
-  explicit VkEnv(std::uint32_t n, bool old_layer_ok = true) : old_layer_ok_(old_layer_ok), group_(make(n)) {}
+  struct Options {
+    // false leaves the validation layer off where it is older than 1.3.296, whose
+    // timeline tracking stalls 10 s at a time under host signals from several threads
+    // at once (see is_layer_self_report); for tests that are about results under such
+    // load, not about API usage.
+    bool old_layer_ok = true;
+    // the layer's synchronization validation too (docs/testing.md says where the tests
+    // leave it off, and why).
+    bool sync_validation = true;
+  };
+  explicit VkEnv(std::uint32_t n) : VkEnv(n, Options{}) {}
+  VkEnv(std::uint32_t n, Options options) : old_layer_ok_(options.old_layer_ok), group_(make(n, options.sync_validation)) {}
   ~VkEnv() { check_validation(); }
   tpar::DeviceGroup& group() { return *group_; }
   bool ok() const { return group_.has_value(); }
@@ -150,9 +158,9 @@ class VkEnv {
   }
 
  private:
-  std::optional<tpar::DeviceGroup> make(std::uint32_t n) {
+  std::optional<tpar::DeviceGroup> make(std::uint32_t n, bool sync_validation) {
     try {
-      auto o = test_options(log_, n);
+      auto o = test_options(log_, n, sync_validation);
       if (!old_layer_ok_ && validation_layer_version() < VK_MAKE_API_VERSION(0, 1, 3, 296)) {
         if (o.validation) MESSAGE("validation layer off: this layer version stalls under host signals from several threads");
         o.validation = false;

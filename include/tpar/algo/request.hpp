@@ -26,10 +26,17 @@ struct ScheduleRequest {
   // of its own (Role::download, the device's second copy engine), the combine a compute
   // batch waiting on it; else download and combine are one compute-queue batch.
   bool separate_downloads = false;
-  // BySize: the algorithm to use (automatic: OneShot while payload x (n-1) is at most
-  // oneshot_max_bytes).
+  // BySize: the algorithm to use (automatic: the relay up to relay_max_bytes where
+  // relay_automatic, then OneShot while payload x (n-1) is at most oneshot_max_bytes).
   AlgoChoice choice = AlgoChoice::automatic;
   std::size_t oneshot_max_bytes = std::size_t{12} << 20;
+  // Relay: the largest payload it takes; whether the automatic choice may take it (the
+  // group's RelayGate); bit d: device d waits for its sum at the queue (a host-signalled
+  // semaphore) rather than in the kernel; the kernel's spin bound in milliseconds.
+  std::size_t relay_max_bytes = std::size_t{64} << 10;
+  bool relay_automatic = false;
+  std::uint32_t relay_queue_waits = 0;
+  std::uint32_t relay_spin_bound_ms = 20000;
 
   bool contributes(std::uint32_t device) const { return (contributing >> device) & 1u; }
 

@@ -30,6 +30,7 @@ class AnyCommunicator {
   std::optional<Error> failure() const { return impl_->failure(); }
   std::uint64_t staging_bytes() const { return impl_->staging_bytes(); }
   const CallInfo& last_call() const { return impl_->last_call(); }
+  RelayStats relay_stats() const { return impl_->relay_stats(); }
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
     return impl_->schedule_request(count, wire, contributing);
@@ -55,6 +56,7 @@ class AnyCommunicator {
     virtual std::optional<Error> failure() const = 0;
     virtual std::uint64_t staging_bytes() const = 0;
     virtual const CallInfo& last_call() const = 0;
+    virtual RelayStats relay_stats() const = 0;
     virtual ScheduleRequest schedule_request(std::size_t, std::optional<Wire>, std::uint32_t) const = 0;
     virtual CallProfile profile() = 0;
   };
@@ -70,6 +72,7 @@ class AnyCommunicator {
     std::optional<Error> failure() const override { return comm.failure(); }
     std::uint64_t staging_bytes() const override { return comm.staging_bytes(); }
     const CallInfo& last_call() const override { return comm.last_call(); }
+    RelayStats relay_stats() const override { return comm.relay_stats(); }
     ScheduleRequest schedule_request(std::size_t c, std::optional<Wire> w, std::uint32_t m) const override {
       return comm.schedule_request(c, w, m);
     }

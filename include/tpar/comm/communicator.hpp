@@ -13,6 +13,7 @@
 #include <tpar/core/options.hpp>
 #include <tpar/detail/comm_plan.hpp>
 #include <tpar/detail/merged_batches.hpp>
+#include <tpar/detail/relay_hub.hpp>
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
 #include <tpar/sync/concepts.hpp>
@@ -54,10 +55,17 @@ struct AllreduceArgs {
   bool defer = false;
 };
 
-// What one call did, for reports (tpar-bench, logs).
+// What one call did, for reports (tpar-bench, logs). The relay carries f32 whatever wire
+// was asked for, and says so here.
 struct CallInfo {
   std::string_view algorithm;
   Wire wire = Wire::f32;
+};
+
+// The relay's host thread so far (zeros before the first relay call).
+struct RelayStats {
+  std::uint64_t calls = 0;           // relay calls it served
+  std::chrono::nanoseconds cpu{0};   // its CPU time
 };
 
 template <CrossDeviceSync Sync, Algorithm Algo = BySize, StagingPolicy Staging = HostImport>
@@ -83,6 +91,7 @@ class Communicator {
       throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options_.max_pieces) + " is out of range: use 1 to 64");
     if (options_.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
     const std::size_t n = group_.size();
+    relay_setup_ = detail::RelaySetup::check(group_, options_);
     if (n > 1) Staging::check_support(group_);
     try {
       init(n);
@@ -118,6 +127,7 @@ class Communicator {
       } catch (...) {
       }
       sync_->release_waiters();
+      if (relay_) relay_->abort();
     }
     if (drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
       release_all();
@@ -127,6 +137,10 @@ class Communicator {
         "communicator destroyed while its work is still pending on the GPU (a ready point that is never signalled?): "
         "its Vulkan objects are left allocated rather than freed under the GPU");
     (void)sync_.release();
+    if (relay_) {
+      relay_->stop();
+      (void)relay_.release();  // its memory too: a kernel may still run once its ready point comes
+    }
     (void)new DeviceGroup(group_);
     for (auto& p : plans_) (void)p.release();
     for (auto& r : retiring_) (void)r.plan.release();
@@ -154,6 +168,13 @@ class Communicator {
 
   // What the last call chose.
   const CallInfo& last_call() const { return last_call_; }
+
+  // The relay's host thread: calls served, CPU time (tpar-bench reports it per call).
+  RelayStats relay_stats() const {
+    if (!relay_) return {};
+    const auto s = relay_->stats();
+    return {s.calls, s.cpu};
+  }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits
   // (bounded) for the call to finish. Call it right after the call it describes.
@@ -234,7 +255,8 @@ class Communicator {
     std::uint32_t mask = 0;
     for (std::size_t d = 0; d < n; ++d)
       if (args.contributes.empty() || args.contributes[d]) mask |= 1u << d;
-    if (count == 0 || (n == 1 && (mask & 1u))) {
+    const bool host_peers = options_.relay_host_peers && count * sizeof(float) <= options_.relay_max_bytes;
+    if (count == 0 || (n == 1 && (mask & 1u) && !host_peers)) {
       last_call_ = {"none", args.wire.value_or(options_.wire_for(count * sizeof(float)))};
       return noop_ticket(args);
     }
@@ -253,8 +275,10 @@ class Communicator {
       group_[d].handle().updateDescriptorSets(1, &write, 0, nullptr);
       auto& sub = plan.submits[d][parity];
       if (!sub.recorded) {
-        detail::record_device(plan, d, parity, ctx_, options_.profile,
-                              [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); });
+        detail::record_device(
+            plan, d, parity, ctx_, options_.profile,
+            [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); },
+            relay_ ? relay_->release(d) : vk::Semaphore{});
       } else if (!group_[d].kernels().update_after_bind()) {
         for (const std::uint32_t b : plan.kernel_batches[d]) detail::record_batch(plan, d, parity, b, ctx_);
       }
@@ -262,7 +286,8 @@ class Communicator {
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
     last_plan_ = &plan;
     last_parity_ = parity;
-    return submit(plan, parity, args);
+    const std::uint64_t relay_call = is_relay(plan) ? relay_->record(parity, count, rq.contributing) : 0;
+    return submit(plan, parity, args, relay_call);
   }
 
   Ticket allreduce(std::initializer_list<BufferSpan> spans, const AllreduceArgs& args = {}) {
@@ -283,6 +308,10 @@ class Communicator {
     } catch (...) {
       abandon_pending();
       pending_.clear();  // the communicator failed; its tickets report that
+      if (relay_) {
+        relay_->forget_recorded();
+        relay_->abort();
+      }
       throw;
     }
     // Only now tell the sync policy what the queues wait for, so that no value is
@@ -291,6 +320,10 @@ class Communicator {
       for (std::size_t d = 0; d < n; ++d)
         for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
           sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
+    // The relay's thread serves a call only once its batches are on the queues.
+    std::uint64_t relay_calls = 0;
+    for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
+    if (relay_calls) relay_->submitted(relay_calls);
     pending_.clear();
     deferral_->submitted_calls.store(calls_, std::memory_order_release);
   }
@@ -316,6 +349,7 @@ class Communicator {
     rq.separate_downloads = options_.downloads == DownloadQueue::separate;
     rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
     rq.oneshot_max_bytes = options_.oneshot_max_bytes;
+    relay_setup_.fill(rq, options_);
     return rq;
   }
 
@@ -358,6 +392,28 @@ class Communicator {
     sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources), options_.timeout,
                                    [h = health_](const Error& e) { h->fail(e); });
     slot_done_.assign(options_.depth, std::vector<std::uint64_t>(role_count * n, 0));
+  }
+
+  static bool is_relay(const PlanType& plan) { return plan.schedule.algorithm == Relay::name; }
+
+  // The relay's host side, made with its first call. Where the automatic choice took the
+  // relay and it cannot be made (its memory), calls go on without it; asked for, the
+  // call fails with nothing enqueued.
+  bool ensure_relay(std::size_t count) {
+    if (count * sizeof(float) > options_.relay_max_bytes)
+      throw Error(ErrorCode::invalid_argument, "the relay takes calls up to relay_max_bytes (" +
+                                                   std::to_string(options_.relay_max_bytes) + " bytes); this one has " +
+                                                   std::to_string(count * sizeof(float)));
+    if (relay_) return true;
+    try {
+      relay_ = std::make_unique<detail::RelayHub>(group_, relay_setup_.config, [h = health_](const Error& e) { h->fail(e); });
+    } catch (const Error& e) {
+      if (relay_setup_.asked) throw;
+      log(LogLevel::warning, std::string("the relay is unavailable (") + e.what() + "); small calls take OneShot");
+      relay_setup_.off = true;
+      return false;
+    }
+    return true;
   }
 
   static constexpr bool exportable_sources() {
@@ -442,6 +498,11 @@ class Communicator {
       scratch_need = max_of((*it)->schedule.scratch_bytes);
     } else {
       built = Algo::build(rq);
+      if (built->algorithm == Relay::name && !ensure_relay(rq.count)) {
+        ScheduleRequest without = rq;
+        without.relay_automatic = false;
+        built = Algo::build(without);
+      }
       host_need = max_of(built->host_bytes);
       scratch_need = max_of(built->scratch_bytes);
       for (std::size_t d = 0; d < size(); ++d) {
@@ -508,14 +569,17 @@ class Communicator {
         // that publish write; plans that do not publish from a kernel get the scratch
         // there, as every binding must hold a valid buffer.
         const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0, VK_WHOLE_SIZE);
+        const bool relay = is_relay(*plan);  // bindings 1 and 2: the device's slot and publish area
         const HostTraffic traffic = kernel_host_traffic(plan->schedule.wire, plan->schedule.devices[d]);
         const bool publishes = traffic.to_host > 0 && n > 1;
         const std::uint64_t host_range = std::max<std::uint64_t>(plan->schedule.host_bytes[d], 4);
         const bool reads_peers = traffic.from_host > 0;
         for (std::uint32_t parity = 0; parity < depth; ++parity) {
           const vk::DescriptorBufferInfo host =
-              publishes ? vk::DescriptorBufferInfo(generation_->host_buffer(d, d), generation_->slot_offset(parity), host_range)
-                        : scratch;
+              relay       ? relay_->publish(d, parity)
+              : publishes ? vk::DescriptorBufferInfo(generation_->host_buffer(d, d), generation_->slot_offset(parity), host_range)
+                          : scratch;
+          const vk::DescriptorBufferInfo second = relay ? relay_->slot(d, parity) : scratch;
           // Binding 3: the peers' host staging for this parity, for kernels that read it in
           // place (OneShot's direct sum); the scratch stands in for every other entry.
           std::array<vk::DescriptorBufferInfo, max_direct_peers> peers;
@@ -526,7 +590,7 @@ class Communicator {
                             : scratch;
           }
           const std::array<vk::WriteDescriptorSet, 3> writes{
-              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &scratch),
+              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &second),
               vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 2, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host),
               vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 3, 0, max_direct_peers, vk::DescriptorType::eStorageBuffer,
                                      nullptr, peers.data())};
@@ -603,13 +667,16 @@ class Communicator {
                       r);
         health_->fail(e);
         sync_->release_waiters();
+        if (relay_) relay_->abort();
         throw e;
       }
       for (std::size_t k = 0; k < role_count; ++k) c.completed[k] = std::max(c.completed[k], need[k * n + d]);
     }
   }
 
-  Ticket submit(PlanType& plan, std::uint32_t parity, const AllreduceArgs& args) {
+  // `relay_call`: the relay's number for this call (0: not a relay call), what its collect
+  // batches wait for.
+  Ticket submit(PlanType& plan, std::uint32_t parity, const AllreduceArgs& args, std::uint64_t relay_call) {
     const std::size_t n = size();
     for (std::size_t d = 0; d < n; ++d) {
       auto& sub = plan.submits[d][parity];
@@ -649,6 +716,9 @@ class Communicator {
               if (rule.own && sole) continue;  // an earlier batch of this call, on the same queue
               value = ctx_[rule.ref.device].submitted[static_cast<int>(rule.ref.role)] + rule.ref.index + 1;
               break;
+            case detail::WaitRule::Kind::relay:
+              value = relay_call;
+              break;
           }
           sub.wait_semaphores[k] = semaphore;
           sub.wait_values[k++] = value;
@@ -661,7 +731,7 @@ class Communicator {
           sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;
     }
     for (std::size_t d = 0; d < n; ++d) plan.submits[d][parity].transfer_base = ctx_[d].submitted[1];
-    pending_.push_back({&plan, parity});
+    pending_.push_back({&plan, parity, relay_call});
     std::vector<TimelinePoint> done(n);
     std::vector<Ticket::DeviceWait> waits(n);
     auto& slot = slot_done_[parity];
@@ -980,6 +1050,7 @@ class Communicator {
     retiring_.clear();
     generation_.reset();
     sync_.reset();
+    relay_.reset();
     for (auto& c : ctx_) {
       if (!c.device) continue;  // creation failed before this device was reached
       const vk::Device vkd = c.device->handle();
@@ -996,6 +1067,7 @@ class Communicator {
   struct Pending {
     PlanType* plan;
     std::uint32_t parity;
+    std::uint64_t relay;  // the relay's number for the call, or 0
   };
   std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
   std::vector<std::array<detail::MergedBatches, role_count>> gather_;  // by device, queue: flush()'s batches
@@ -1003,6 +1075,8 @@ class Communicator {
   std::vector<detail::DeviceContext> ctx_;
   std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;
+  detail::RelaySetup relay_setup_;
+  std::unique_ptr<detail::RelayHub> relay_;  // made by the first relay call
   Capacity host_capacity_, scratch_capacity_;
   std::shared_ptr<Generation> generation_;
   std::list<std::unique_ptr<PlanType>> plans_;  // most recently used first

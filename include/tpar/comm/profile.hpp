@@ -14,7 +14,7 @@ namespace tpar::inline v0 {
 
 struct BatchTiming {
   Role role = Role::compute;  // the queue it ran on
-  std::string what;  // "pack", "upload", "download+add", ...
+  std::string what;  // "pack", "upload", "download+add", "relay", ...
   double start_us = std::numeric_limits<double>::quiet_NaN();  // NaN: the queue has no timestamps
   double end_us = std::numeric_limits<double>::quiet_NaN();
 };
@@ -55,6 +55,9 @@ inline std::string describe(const Batch& b) {
     switch (c.kernel) {
       case Kernel::pack: s += c.args.mode == static_cast<std::uint32_t>(PackMode::zeros) ? "zeros" : "pack"; break;
       case Kernel::oneshot: s += "sum"; break;
+      case Kernel::relay:
+        s += (c.args.mode & relay_mode::collect) == 0 ? "publish" : (c.args.mode & relay_mode::arrive) == 0 ? "collect" : "relay";
+        break;
       case Kernel::combine:
         switch (static_cast<CombineMode>(c.args.mode)) {
           case CombineMode::add_forward: s += "add"; break;

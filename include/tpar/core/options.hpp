@@ -16,7 +16,7 @@
 namespace tpar::inline v0 {
 
 enum class SyncChoice { automatic, native, proxy };
-enum class AlgoChoice { automatic, ring, oneshot };
+enum class AlgoChoice { automatic, ring, oneshot, relay };
 // Where ChunkedRing's downloads (host staging -> scratch) run: compute = in the combine's
 // compute-queue batch; separate = as batches of their own on the device's second transfer
 // queue (a second copy engine; the transfer queue, or the one queue, of a device without
@@ -25,7 +25,8 @@ enum class AlgoChoice { automatic, ring, oneshot };
 enum class DownloadQueue { compute, separate };
 
 inline constexpr std::array<SyncChoice, 3> all_sync_choices{SyncChoice::automatic, SyncChoice::native, SyncChoice::proxy};
-inline constexpr std::array<AlgoChoice, 3> all_algo_choices{AlgoChoice::automatic, AlgoChoice::ring, AlgoChoice::oneshot};
+inline constexpr std::array<AlgoChoice, 4> all_algo_choices{AlgoChoice::automatic, AlgoChoice::ring, AlgoChoice::oneshot,
+                                                             AlgoChoice::relay};
 inline constexpr std::array<DownloadQueue, 2> all_download_queues{DownloadQueue::compute, DownloadQueue::separate};
 
 constexpr std::string_view to_string(SyncChoice s) {
@@ -50,6 +51,7 @@ constexpr std::string_view to_string(AlgoChoice a) {
     case AlgoChoice::automatic: return "auto";
     case AlgoChoice::ring: return "ring";
     case AlgoChoice::oneshot: return "oneshot";
+    case AlgoChoice::relay: return "relay";
   }
   return "?";
 }
@@ -58,11 +60,22 @@ struct Options {
   // Cross-device sync (runtime-selected communicator only): native = NativeImport,
   // proxy = ProxyBridge, auto = what the group's capabilities allow.
   SyncChoice sync = SyncChoice::automatic;
-  // Algorithm: auto = OneShot while payload x (n - 1) -- what each device downloads --
-  // stays within oneshot_max_bytes, ChunkedRing above. OneShot makes one cross-device
-  // hop, the ring 2(n - 1), and a hop costs tens of microseconds (docs/PERFORMANCE.md).
+  // Algorithm: auto = the relay up to relay_max_bytes of payload where the group allows
+  // it automatically (DeviceGroup::relay_gate), then OneShot while payload x (n - 1) --
+  // what each device downloads -- stays within oneshot_max_bytes, ChunkedRing above.
+  // OneShot makes one cross-device hop, the ring 2(n - 1), and a hop costs tens of
+  // microseconds (docs/PERFORMANCE.md); the relay makes none (docs/relay.md). relay =
+  // the relay for every call up to relay_max_bytes, larger calls as auto.
   AlgoChoice algo = AlgoChoice::automatic;
   std::size_t oneshot_max_bytes = std::size_t{12} << 20;
+  // The largest payload the relay takes; each device holds a slot this large in its own
+  // host-visible memory (and twice that in host memory) per call in flight (depth).
+  std::size_t relay_max_bytes = std::size_t{64} << 10;
+  // Tests and tpar-bench only: the relay's host thread plays this many extra devices,
+  // which contribute relay_host_peer_value(peer, i) (algo/relay.hpp) to every relay
+  // call, so that one real device forms a relay of 1 + relay_host_peers. Every call up to
+  // relay_max_bytes then takes the relay.
+  std::uint32_t relay_host_peers = 0;
   // Wire: a fixed format, or (nullopt) f32 below bf16_min_bytes of payload and bf16 from it.
   std::optional<Wire> wire;
   std::size_t bf16_min_bytes = std::size_t{1} << 20;
@@ -131,7 +144,8 @@ inline Options Options::with_environment() const {
     if (s == "auto") o.algo = AlgoChoice::automatic;
     else if (s == "ring") o.algo = AlgoChoice::ring;
     else if (s == "oneshot") o.algo = AlgoChoice::oneshot;
-    else detail::bad_env("TPAR_ALGO", s, "auto, ring, oneshot");
+    else if (s == "relay") o.algo = AlgoChoice::relay;
+    else detail::bad_env("TPAR_ALGO", s, "auto, ring, oneshot, relay");
   }
   if (const char* v = detail::env_value("TPAR_WIRE")) {
     const std::string_view s(v);

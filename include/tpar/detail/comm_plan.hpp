@@ -59,7 +59,8 @@ struct DeviceContext {
 };
 
 struct WaitRule {
-  enum class Kind : std::uint8_t { ready, previous_call, previous_compute, batch };
+  // relay: the relay's host-signalled semaphore for this device, at the call's number.
+  enum class Kind : std::uint8_t { ready, previous_call, previous_compute, batch, relay };
   Kind kind = Kind::batch;
   BatchRef ref;
   vk::Semaphore semaphore;  // all but `ready` (the caller's point, or the compute timeline)
@@ -213,7 +214,7 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
           bound = true;
         }
         cb.pushConstants(kernels.layout(), vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &cmd.args);
-        cb.dispatch(kernel_groups(cmd.args.count, dev.capabilities().max_workgroups_x), 1, 1);
+        cb.dispatch(kernel_groups(cmd.kernel, cmd.args.count, dev.capabilities().max_workgroups_x), 1, 1);
         break;
       }
     }
@@ -223,10 +224,11 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
 }
 
 // Records `plan`'s batches of device `d` for `parity` into command buffers and builds
-// their submit structures. `peer_semaphore(src)`: what device d waits on for src's uploads.
+// their submit structures. `peer_semaphore(src)`: what device d waits on for src's uploads;
+// `relay`: what it waits on for the relay's sum (batches with wait_relay).
 template <class Generation, class PeerSemaphore>
 void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, std::vector<DeviceContext>& ctx,
-                   bool profile, PeerSemaphore&& peer_semaphore) {
+                   bool profile, PeerSemaphore&& peer_semaphore, vk::Semaphore relay = {}) {
   DeviceContext& c = ctx[d];
   const vk::Device vkd = c.device->handle();
   const auto& batches = plan.schedule.devices[d].batches;
@@ -241,7 +243,8 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
 
   // Submit structures: count first, so the vectors never reallocate under the pointers.
   std::size_t waits = 0;
-  for (const Batch& b : batches) waits += b.waits.size() + b.wait_ready + b.wait_previous_call + b.wait_previous_compute;
+  for (const Batch& b : batches)
+    waits += b.waits.size() + b.wait_ready + b.wait_previous_call + b.wait_previous_compute + b.wait_relay;
   sub.wait_semaphores.assign(waits, nullptr);
   sub.wait_stages.assign(waits, vk::PipelineStageFlagBits::eAllCommands);
   sub.wait_values.assign(waits, 0);
@@ -276,6 +279,10 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     if (batch.wait_ready) sub.wait_rules[w++] = {WaitRule::Kind::ready, {}, nullptr, true};
     if (batch.wait_previous_call) sub.wait_rules[w++] = {WaitRule::Kind::previous_call, {}, c.transfer.handle(), true};
     if (batch.wait_previous_compute) sub.wait_rules[w++] = {WaitRule::Kind::previous_compute, {}, c.compute.handle(), true};
+    if (batch.wait_relay) {
+      if (!relay) throw Error(ErrorCode::failed, "a relay batch was recorded without the relay's semaphore");
+      sub.wait_rules[w++] = {WaitRule::Kind::relay, {}, relay, false};
+    }
     for (const BatchRef& ref : batch.waits) {
       if (ref.device == d) {
         sub.wait_rules[w++] = {WaitRule::Kind::batch, ref, c.timeline(ref.role).handle(), true};

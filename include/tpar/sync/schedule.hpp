@@ -75,6 +75,7 @@ struct Batch {
   bool wait_previous_call = false;   // all transfers of this device's previous call (scratch reuse)
   bool wait_previous_compute = false;  // all compute batches of this device's previous call (a
                                        // download's scratch reuse: the combines that read it)
+  bool wait_relay = false;  // the relay's host thread: this device's sum is in its slot (algo/relay.hpp)
 };
 
 // The queue a batch runs on.

@@ -4,6 +4,7 @@
 
 #include <tpar/core/error.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +32,7 @@ struct DeviceCapabilities {
   std::string name;
   std::string driver_name;
   std::string driver_info;
+  vk::DriverId driver_id = {};
   vk::PhysicalDeviceType type = vk::PhysicalDeviceType::eOther;
   std::uint32_t vendor_id = 0;
   std::uint32_t device_id = 0;
@@ -54,6 +56,10 @@ struct DeviceCapabilities {
   bool shader_float16 = false;
   bool storage_16bit = false;             // storageBuffer16BitAccess
   bool update_after_bind = false;         // descriptorBindingStorageBufferUpdateAfterBind
+  bool shader_device_clock = false;       // VK_KHR_shader_clock with shaderDeviceClock
+  // The largest heap with a DEVICE_LOCAL | HOST_VISIBLE | HOST_COHERENT memory type (the
+  // BAR: device memory the host writes through a mapping), in bytes; 0: none.
+  vk::DeviceSize host_visible_device_local_heap = 0;
 
   bool calibrated_timestamps = false;     // VK_EXT_calibrated_timestamps
   double timestamp_period_ns = 0;         // nanoseconds per timestamp tick
@@ -71,6 +77,9 @@ struct DeviceCapabilities {
   bool native_import_capable() const {
     return external_semaphore_fd && timeline_fd_exportable && timeline_fd_importable;
   }
+  // The driver ends a shader's loops after a fixed number of iterations in all (lavapipe:
+  // 65535), so a kernel cannot wait long for the host: the relay waits at the queue.
+  bool shader_loops_bounded() const { return driver_id == vk::DriverId::eMesaLlvmpipe; }
 };
 
 inline std::string api_version_string(std::uint32_t v) {
@@ -104,6 +113,7 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
   caps.external_memory_host = detail::has_extension(exts, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
   caps.external_semaphore_fd = detail::has_extension(exts, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
   caps.calibrated_timestamps = detail::has_extension(exts, VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
+  const bool shader_clock = detail::has_extension(exts, VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
 
   vk::PhysicalDeviceProperties2 props2;
   vk::PhysicalDeviceIDProperties id;
@@ -124,6 +134,7 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
   caps.driver_version = p.driverVersion;
   caps.driver_name = driver.driverName.data();
   caps.driver_info = driver.driverInfo.data();
+  caps.driver_id = driver.driverID;
   std::copy(id.driverUUID.begin(), id.driverUUID.end(), caps.driver_uuid.begin());
   std::copy(id.deviceUUID.begin(), id.deviceUUID.end(), caps.device_uuid.begin());
   caps.max_timeline_difference = timeline.maxTimelineSemaphoreValueDifference;
@@ -138,14 +149,25 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
     vk::PhysicalDeviceFeatures2 f2;
     vk::PhysicalDeviceVulkan11Features f11;
     vk::PhysicalDeviceVulkan12Features f12;
+    vk::PhysicalDeviceShaderClockFeaturesKHR clock;
     f2.pNext = &f11;
     f11.pNext = &f12;
+    if (shader_clock) f12.pNext = &clock;
     physical.getFeatures2(&f2);
     caps.timeline_semaphores = f12.timelineSemaphore;
     caps.shader_float16 = f12.shaderFloat16;
     caps.storage_16bit = f11.storageBuffer16BitAccess;
     caps.update_after_bind = f12.descriptorBindingStorageBufferUpdateAfterBind;
+    caps.shader_device_clock = shader_clock && clock.shaderDeviceClock;
   }
+
+  const auto memory = physical.getMemoryProperties();
+  const vk::MemoryPropertyFlags bar =
+      vk::MemoryPropertyFlagBits::eDeviceLocal | vk::MemoryPropertyFlagBits::eHostVisible | vk::MemoryPropertyFlagBits::eHostCoherent;
+  for (std::uint32_t i = 0; i < memory.memoryTypeCount; ++i)
+    if ((memory.memoryTypes[i].propertyFlags & bar) == bar)
+      caps.host_visible_device_local_heap =
+          std::max(caps.host_visible_device_local_heap, memory.memoryHeaps[memory.memoryTypes[i].heapIndex].size);
 
   if (caps.external_semaphore_fd && caps.timeline_semaphores) {
     vk::SemaphoreTypeCreateInfo type_info(vk::SemaphoreType::eTimeline, 0);
@@ -223,6 +245,50 @@ inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<co
   gate.reason = "all " + std::to_string(caps.size()) +
                 " devices share one driver and export and import OPAQUE_FD timeline semaphores, so queues wait on "
                 "each other directly (NativeImport, confirmed by a self-test when a communicator is created)";
+  return gate;
+}
+
+// Whether a group can use the relay (algo/relay.hpp), and whether the automatic choice may.
+struct RelayGate {
+  bool possible = false;   // every device has the memory the relay needs: TPAR_ALGO=relay runs it
+  bool automatic = false;  // and its devices are distinct physical devices: chosen by size
+  std::string reason;      // one sentence a user can read
+};
+
+// The least host-visible device-local memory a device needs for the relay: its slots
+// take a small part of it (Options::relay_max_bytes per call in flight), and a device
+// that maps no more than this to the host (a small BAR) needs it for other things.
+inline constexpr vk::DeviceSize relay_min_heap = vk::DeviceSize{16} << 20;
+
+inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps) {
+  RelayGate gate;
+  for (std::size_t i = 0; i < caps.size(); ++i) {
+    const auto& c = caps[i];
+    if (c.host_visible_device_local_heap >= relay_min_heap) continue;
+    const std::string who = "device " + std::to_string(i) + " (" + c.name + ")";
+    gate.reason = who +
+                  (c.host_visible_device_local_heap ? " maps only " + std::to_string(c.host_visible_device_local_heap >> 20) +
+                                                          " MiB of its memory to the host"
+                                                    : std::string(" has no device-local memory the host can map")) +
+                  ", which the relay needs for its slots, so calls keep to OneShot and ChunkedRing";
+    return gate;
+  }
+  gate.possible = true;
+  for (std::size_t i = 0; i < caps.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (caps[i].device_uuid == caps[j].device_uuid) {
+        gate.reason = "devices " + std::to_string(j) + " and " + std::to_string(i) +
+                      " are one physical device (one deviceUUID), whose kernels need not run at the same time, so the "
+                      "relay runs only when asked for (TPAR_ALGO=relay)";
+        return gate;
+      }
+  if (caps.size() < 2) {
+    gate.reason = "a single device needs no relay";
+    return gate;
+  }
+  gate.automatic = true;
+  gate.reason = "every device maps device-local memory to the host and the devices are distinct physical devices, so the "
+                "relay takes the small calls (up to Options::relay_max_bytes)";
   return gate;
 }
 

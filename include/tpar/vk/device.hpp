@@ -73,6 +73,8 @@ struct EnabledFeatures {
   // command buffers at each call's buffers by a descriptor update alone (without it, it
   // re-records the command buffers that use them).
   bool update_after_bind = false;
+  // VK_KHR_shader_clock's shaderDeviceClock: the relay's kernel bounds its wait by time.
+  bool shader_device_clock = false;
 };
 
 class Device {
@@ -153,7 +155,7 @@ class Device {
         throw Error(ErrorCode::unsupported, "device " + std::to_string(index()) + " (" + capabilities().name + ") lets a shader bind " +
                                                 std::to_string(capabilities().max_storage_buffers_per_stage) +
                                                 " storage buffers; tpar's kernels need " + std::to_string(kernel_storage_buffers));
-      kernels_ = std::make_unique<KernelSet>(device_, enabled_.update_after_bind);
+      kernels_ = std::make_unique<KernelSet>(device_, enabled_.update_after_bind, enabled_.shader_device_clock);
     });
     return *kernels_;
   }

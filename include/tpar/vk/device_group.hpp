@@ -80,6 +80,9 @@ struct AdoptedDevice {
   // descriptor indexing). With it, a call on buffers tpar has not seen costs a descriptor
   // update; without it, also re-recording that call's kernel command buffers.
   bool update_after_bind_enabled = false;
+  // Whether the host enabled VK_KHR_shader_clock (listed in enabled_extensions) with
+  // shaderDeviceClock: the relay's kernel then bounds its wait by time, else by a count.
+  bool shader_device_clock_enabled = false;
 };
 
 namespace detail {
@@ -311,6 +314,10 @@ inline std::unique_ptr<Device> open_device(GroupState& state, vk::PhysicalDevice
     enable.push_back(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
     enabled.calibrated_timestamps = true;
   }
+  if (caps.shader_device_clock) {
+    enable.push_back(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
+    enabled.shader_device_clock = true;
+  }
   for (const auto& e : options.required_extensions)
     if (std::find_if(enable.begin(), enable.end(), [&](const char* s) { return e == s; }) == enable.end())
       enable.push_back(e.c_str());
@@ -318,8 +325,13 @@ inline std::unique_ptr<Device> open_device(GroupState& state, vk::PhysicalDevice
   vk::PhysicalDeviceFeatures2 f2;
   vk::PhysicalDeviceVulkan11Features f11;
   vk::PhysicalDeviceVulkan12Features f12;
+  vk::PhysicalDeviceShaderClockFeaturesKHR clock;
   f2.pNext = &f11;
   f11.pNext = &f12;
+  if (caps.shader_device_clock) {
+    f12.pNext = &clock;
+    clock.shaderDeviceClock = VK_TRUE;
+  }
   f12.timelineSemaphore = VK_TRUE;
   f12.shaderFloat16 = caps.shader_float16;
   f11.storageBuffer16BitAccess = caps.storage_16bit;
@@ -421,6 +433,8 @@ class DeviceGroup {
       init.enabled.shader_float16 = a.shader_float16_enabled;
       init.enabled.storage_16bit = a.storage_16bit_enabled;
       init.enabled.update_after_bind = caps.update_after_bind && a.update_after_bind_enabled;
+      init.enabled.shader_device_clock =
+          caps.shader_device_clock && a.shader_device_clock_enabled && listed(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
       init.compute_queue = a.compute_queue;
       init.compute_family = a.compute_family;
       init.compute_index = a.compute_index;
@@ -466,6 +480,12 @@ class DeviceGroup {
   // this lock first, then a queue's lock (the host's, on adopted devices), never the
   // reverse.
   [[nodiscard]] std::unique_lock<std::mutex> lock_submissions() const { return std::unique_lock(state_->submission_order); }
+
+  // Whether the relay can serve this group, whether the automatic choice takes it, and why.
+  RelayGate relay_gate() const {
+    const auto caps = capabilities();
+    return tpar::relay_gate(caps);
+  }
 
   // Shared ownership of the group's Vulkan objects (communicators keep it alive).
   const std::shared_ptr<detail::GroupState>& state() const { return state_; }

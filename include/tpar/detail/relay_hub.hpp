@@ -1,0 +1,548 @@
+// RelayHub — the host side of the relay (algo/relay.hpp), one per communicator, made on
+// its first relay call: per device and slot set a publish area in host memory (the
+// device's kernel writes its values there, each 4-byte value with the call's 4-byte stamp
+// in one 8-byte word) and a slot in the device's own host-visible memory (the host writes
+// the sum there, then the stamp into the slot's flag word); and the thread that turns the
+// one into the other. docs/relay.md describes the protocol.
+//
+// The thread serves the submitted calls in call order. For each it waits until every
+// device arrived (a contributing device's stamped values; the header stamp of one that
+// contributes nothing), sums the values in device order 0..n-1 (then the host-played
+// peers), chunk by chunk as they arrive, writes each chunk into every device's slot, and
+// after the last one fences and writes the flags; a device whose kernel cannot wait long
+// (lavapipe) gets its queue released through a timeline semaphore instead. It spins only
+// while a call is in flight, backs off (yield, then sleeps) while a call's values are
+// long in coming, and blocks on a condition variable when nothing is in flight. A call
+// not served within the timeout (counted from its submission, or from the end of the call
+// before it) fails the communicator: every slot's abort word is set, so every kernel that
+// waits or starts later gives up, and every queue wait is released.
+#pragma once
+
+#include <tpar/algo/relay.hpp>
+#include <tpar/detail/align.hpp>
+#include <tpar/sync/concepts.hpp>
+#include <tpar/sync/timeline.hpp>
+#include <tpar/vk/device_group.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#include <immintrin.h>
+#define TPAR_RELAY_X86 1
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#include <time.h>
+#endif
+
+namespace tpar::inline v0::detail {
+
+// Word offsets shared with shaders/relay.glsl.
+namespace relay_layout {
+inline constexpr std::size_t seq = 0, flag = 1, abort = 2, payload = 64;  // slot words
+inline constexpr std::size_t arrived = 0, gave_up = 1;                    // publish header words
+inline constexpr std::size_t header_bytes = 256;                          // before the units
+}  // namespace relay_layout
+
+// Makes the stores before it (also to write-combined memory, as a BAR mapping usually is)
+// visible before the stores after it.
+inline void relay_store_fence() {
+#ifdef TPAR_RELAY_X86
+  _mm_sfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+inline void relay_cpu_relax() {
+#ifdef TPAR_RELAY_X86
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// CPU time `thread` has used so far (0 where the platform does not say).
+inline std::chrono::nanoseconds thread_cpu_time([[maybe_unused]] std::thread& thread) {
+#if defined(__unix__) && !defined(__APPLE__)
+  clockid_t clock{};
+  timespec t{};
+  if (thread.joinable() && pthread_getcpuclockid(thread.native_handle(), &clock) == 0 && clock_gettime(clock, &t) == 0)
+    return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+#endif
+  return std::chrono::nanoseconds(0);
+}
+
+// A buffer with its own memory, mapped for its life.
+struct MappedBuffer {
+  vk::Device device;
+  vk::Buffer buffer;
+  vk::DeviceMemory memory;
+  void* data = nullptr;
+  vk::DeviceSize size = 0;
+  MappedBuffer() = default;
+  MappedBuffer(const MappedBuffer&) = delete;
+  MappedBuffer& operator=(const MappedBuffer&) = delete;
+  ~MappedBuffer() {
+    if (data) device.unmapMemory(memory);
+    if (buffer) device.destroyBuffer(buffer);
+    if (memory) device.freeMemory(memory);
+  }
+};
+
+// A storage buffer of `size` bytes in a memory type with every flag of `need`, the most
+// of `prefer`'s and none of `avoid`'s where there is a choice; zero-filled and mapped.
+inline std::unique_ptr<MappedBuffer> map_buffer(Device& dev, vk::DeviceSize size, vk::MemoryPropertyFlags need,
+                                                vk::MemoryPropertyFlags prefer, vk::MemoryPropertyFlags avoid, const char* what) {
+  auto out = std::make_unique<MappedBuffer>();
+  out->device = dev.handle();
+  out->size = size;
+  const vk::Device vkd = dev.handle();
+  vk::BufferCreateInfo info({}, size, vk::BufferUsageFlagBits::eStorageBuffer);
+  check(vkd.createBuffer(&info, nullptr, &out->buffer), std::string("vkCreateBuffer (") + what + ")");
+  vk::MemoryRequirements req;
+  vkd.getBufferMemoryRequirements(out->buffer, &req);
+  const auto props = dev.physical().getMemoryProperties();
+  std::uint32_t best = ~0u;
+  int best_score = -1;
+  for (std::uint32_t i = 0; i < props.memoryTypeCount; ++i) {
+    const auto flags = props.memoryTypes[i].propertyFlags;
+    if (!((req.memoryTypeBits >> i) & 1u) || (flags & need) != need) continue;
+    const int score = 2 * std::popcount(static_cast<std::uint32_t>(flags & prefer)) + !(flags & avoid);
+    if (score > best_score) {
+      best = i;
+      best_score = score;
+    }
+  }
+  if (best == ~0u)
+    throw Error(ErrorCode::unsupported, "device " + std::to_string(dev.index()) + " (" + dev.capabilities().name +
+                                            ") offers no memory type for the relay's " + what);
+  vk::MemoryAllocateInfo alloc(req.size, best);
+  check(vkd.allocateMemory(&alloc, nullptr, &out->memory), std::string("vkAllocateMemory (") + what + ")");
+  check(VULKAN_HPP_DEFAULT_DISPATCHER.vkBindBufferMemory(vkd, out->buffer, out->memory, 0), std::string("vkBindBufferMemory (") + what + ")");
+  check(vkd.mapMemory(out->memory, 0, VK_WHOLE_SIZE, {}, &out->data), std::string("vkMapMemory (") + what + ")");
+  std::memset(out->data, 0, size);
+  return out;
+}
+
+class RelayHub {
+ public:
+  struct Config {
+    std::uint32_t depth = 2;               // slot sets: calls in flight
+    std::size_t max_bytes = 64 << 10;      // the largest payload
+    std::uint32_t host_peers = 0;          // Options::relay_host_peers
+    std::chrono::nanoseconds timeout{std::chrono::seconds(10)};
+    std::uint32_t queue_waits = 0;         // bit d: device d's queue waits on release(d)
+    std::uint64_t first_sequence = 1;      // tests start near a stamp wrap
+  };
+
+  struct Stats {
+    std::uint64_t calls = 0;               // calls served
+    std::chrono::nanoseconds cpu{0};       // the thread's CPU time so far
+  };
+
+  RelayHub(const DeviceGroup& group, const Config& config, FailureHandler on_failure)
+      : n_(group.size()), config_(config), on_failure_(std::move(on_failure)), next_sequence_(config.first_sequence) {
+    if (config_.max_bytes % sizeof(float) || !config_.max_bytes)
+      throw Error(ErrorCode::invalid_argument, "the relay's largest payload must be a positive multiple of 4 bytes");
+    const std::size_t max_count = config_.max_bytes / sizeof(float);
+    vk::DeviceSize align = 256;
+    for (std::size_t d = 0; d < n_; ++d) align = std::max(align, group[d].capabilities().min_storage_offset_alignment);
+    slot_block_ = align_up(relay_layout::payload * 4 + config_.max_bytes, align);
+    publish_block_ = align_up(relay_layout::header_bytes + 2 * config_.max_bytes, align);
+    using F = vk::MemoryPropertyFlagBits;
+    devices_.resize(n_);
+    for (std::size_t d = 0; d < n_; ++d) {
+      Device& dev = group[d];
+      auto& s = devices_[d];
+      s.slots = map_buffer(dev, slot_block_ * config_.depth, F::eDeviceLocal | F::eHostVisible | F::eHostCoherent, {}, {},
+                           "slots (device-local, host-visible memory)");
+      s.publish = map_buffer(dev, publish_block_ * config_.depth, F::eHostVisible | F::eHostCoherent, F::eHostCached,
+                             F::eDeviceLocal, "publish areas (host memory)");
+      if ((config_.queue_waits >> d) & 1u) s.release = Timeline(dev.handle());
+    }
+    peers_.resize(config_.host_peers);
+    for (std::uint32_t p = 0; p < config_.host_peers; ++p) {
+      peers_[p].resize(max_count);
+      for (std::size_t i = 0; i < max_count; ++i) peers_[p][i] = relay_host_peer_value(p, i);
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+
+  RelayHub(const RelayHub&) = delete;
+  RelayHub& operator=(const RelayHub&) = delete;
+  ~RelayHub() { stop(); }
+
+  std::size_t max_count() const { return config_.max_bytes / sizeof(float); }
+
+  // Device d's slot and publish area for slot set `parity`, as its kernel binds them.
+  vk::DescriptorBufferInfo slot(std::size_t d, std::uint32_t parity) const {
+    return {devices_[d].slots->buffer, slot_block_ * parity, slot_block_};
+  }
+  vk::DescriptorBufferInfo publish(std::size_t d, std::uint32_t parity) const {
+    return {devices_[d].publish->buffer, publish_block_ * parity, publish_block_};
+  }
+  // What device d's collect batch waits on (the call's number), where its queue waits.
+  vk::Semaphore release(std::size_t d) const { return devices_[d].release.handle(); }
+
+  // The mapped memory, for tests that play the devices.
+  std::uint32_t* slot_words(std::size_t d, std::uint32_t parity) const {
+    return reinterpret_cast<std::uint32_t*>(static_cast<char*>(devices_[d].slots->data) + slot_block_ * parity);
+  }
+  std::uint32_t* publish_header(std::size_t d, std::uint32_t parity) const {
+    return reinterpret_cast<std::uint32_t*>(static_cast<char*>(devices_[d].publish->data) + publish_block_ * parity);
+  }
+  std::uint64_t* publish_units(std::size_t d, std::uint32_t parity) const {
+    return reinterpret_cast<std::uint64_t*>(static_cast<char*>(devices_[d].publish->data) + publish_block_ * parity +
+                                            relay_layout::header_bytes);
+  }
+
+  // A relay call of `count` values on slot set `parity` (whose previous call has finished
+  // on every device) is being recorded: its number, which is also the value its collect
+  // batches wait for. Its stamp, the number's low 32 bits (never 0), goes into every
+  // device's slot, where the kernel reads it. `contributing`: bit d, device d contributes.
+  std::uint64_t record(std::uint32_t parity, std::size_t count, std::uint32_t contributing) {
+    if (count > max_count() || parity >= config_.depth)
+      throw Error(ErrorCode::invalid_argument, "a relay call of " + std::to_string(count) + " values on slot set " +
+                                                   std::to_string(parity) + " does not fit the relay's slots");
+    std::uint64_t sequence = next_sequence_++;
+    if (static_cast<std::uint32_t>(sequence) == 0) sequence = next_sequence_++;  // stamp 0 means "never written"
+    const auto stamp = static_cast<std::uint32_t>(sequence);
+    for (std::size_t d = 0; d < n_; ++d) std::atomic_ref<std::uint32_t>(slot_words(d, parity)[relay_layout::seq]).store(stamp);
+    relay_store_fence();
+    std::lock_guard lock(mutex_);
+    recorded_.push_back({sequence, stamp, parity, count, contributing, {}});
+    return sequence;
+  }
+
+  // The recorded calls up to number `sequence` were submitted: the thread serves them.
+  void submitted(std::uint64_t sequence) {
+    std::vector<std::uint64_t> release_now;
+    {
+      std::lock_guard lock(mutex_);
+      const auto now = std::chrono::steady_clock::now();
+      while (!recorded_.empty() && recorded_.front().sequence <= sequence) {
+        Call c = recorded_.front();
+        recorded_.pop_front();
+        if (failed_) {
+          release_now.push_back(c.sequence);
+          continue;
+        }
+        c.handed = now;
+        ready_.push_back(c);
+      }
+      in_flight_.store(ready_.size(), std::memory_order_release);
+    }
+    for (auto s : release_now) release_queues(s);
+    cv_.notify_one();
+  }
+
+  // Recorded calls that will never be submitted (their submission failed).
+  void forget_recorded() {
+    std::lock_guard lock(mutex_);
+    recorded_.clear();
+  }
+
+  // Gives up on every submitted call not yet served: every slot's abort word is set, so
+  // every kernel waiting, or starting later, gives up; every queue waiting for a sum is
+  // released. Calls submitted afterwards are released at once. Permanent.
+  void abort() {
+    std::vector<std::uint64_t> release_now;
+    {
+      std::lock_guard lock(mutex_);
+      failed_ = true;
+      quit_.store(true, std::memory_order_release);
+      for (const auto& c : ready_) release_now.push_back(c.sequence);
+      ready_.clear();
+      in_flight_.store(0, std::memory_order_release);
+    }
+    for (std::size_t d = 0; d < n_; ++d)
+      for (std::uint32_t p = 0; p < config_.depth; ++p)
+        std::atomic_ref<std::uint32_t>(slot_words(d, p)[relay_layout::abort]).store(1);
+    relay_store_fence();
+    for (auto s : release_now) release_queues(s);
+  }
+
+  bool failed() const {
+    std::lock_guard lock(mutex_);
+    return failed_;
+  }
+
+  // Submitted calls not yet served.
+  std::size_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }
+
+  Stats stats() { return {served_.load(std::memory_order_acquire), thread_cpu_time(thread_)}; }
+
+  // Ends the thread (a call it is serving is left where it is: abort() first if the GPU
+  // may still wait for one). Idempotent.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+      quit_.store(true, std::memory_order_release);
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Call {
+    std::uint64_t sequence = 0;
+    std::uint32_t stamp = 0;
+    std::uint32_t parity = 0;
+    std::size_t count = 0;
+    std::uint32_t contributing = 0;
+    std::chrono::steady_clock::time_point handed;
+  };
+
+  struct DeviceMemory {
+    std::unique_ptr<MappedBuffer> slots, publish;
+    Timeline release;  // queue-waiting devices only
+  };
+
+  // Waiting for a device's values: spin (pause) while they come soon, then yield, then
+  // sleep a little, so that a call waiting behind long GPU work costs little CPU.
+  class Backoff {
+   public:
+    void progress() { spins_ = 0; }
+    // False once `deadline` passed or the hub stops.
+    bool step(std::chrono::steady_clock::time_point deadline, const std::atomic<bool>& stop) {
+      using namespace std::chrono_literals;
+      if ((++spins_ & 63u) != 0) {
+        relay_cpu_relax();
+        return true;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (spins_ == 64) since_ = now;
+      if (now > deadline || stop.load(std::memory_order_acquire)) return false;
+      const auto idle = now - since_;
+      if (idle < 200us) relay_cpu_relax();
+      else if (idle < 2ms) std::this_thread::yield();
+      else std::this_thread::sleep_for(idle < 20ms ? 50us : 500us);
+      return true;
+    }
+
+   private:
+    std::uint32_t spins_ = 0;
+    std::chrono::steady_clock::time_point since_;
+  };
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      if (ready_.empty() && !stop_) {
+        lock.unlock();
+        linger();
+        lock.lock();
+        cv_.wait(lock, [&] { return stop_ || !ready_.empty(); });
+      }
+      if (stop_) return;
+      const Call c = ready_.front();
+      const auto deadline = std::max(c.handed, last_end_) + config_.timeout;
+      lock.unlock();
+      std::string why;
+      const bool ok = serve(c, deadline, why);
+      if (!ok && !quit_.load(std::memory_order_acquire)) {
+        // This call (still first in line) and every one after it: released by abort().
+        const Error e(ErrorCode::timeout, "relay call " + std::to_string(c.sequence) + " was not served within the timeout: " + why);
+        if (on_failure_) on_failure_(e);
+        abort();
+      }
+      lock.lock();
+      last_end_ = std::chrono::steady_clock::now();
+      if (!ready_.empty() && ready_.front().sequence == c.sequence) ready_.pop_front();
+      in_flight_.store(ready_.size(), std::memory_order_release);
+    }
+  }
+
+  // A next call handed over soon after the last one is served without a wake-up.
+  void linger() {
+    using namespace std::chrono_literals;
+    const auto until = std::chrono::steady_clock::now() + 50us;
+    while (in_flight_.load(std::memory_order_acquire) == 0 && !quit_.load(std::memory_order_acquire)) {
+      for (int i = 0; i < 64; ++i) relay_cpu_relax();
+      if (std::chrono::steady_clock::now() > until) return;
+    }
+  }
+
+  // One call: false (and why) when its values did not all come in time.
+  bool serve(const Call& c, std::chrono::steady_clock::time_point deadline, std::string& why) {
+    constexpr std::size_t chunk = 2048;
+    float acc[chunk];
+    float values[chunk];
+    Backoff backoff;
+    const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
+    // Devices that contribute nothing announce their arrival in the header.
+    for (std::size_t d = 0; d < n_; ++d) {
+      if (contributes(d)) continue;
+      std::atomic_ref<std::uint32_t> arrived(publish_header(d, c.parity)[relay_layout::arrived]);
+      while (arrived.load(std::memory_order_acquire) != c.stamp)
+        if (!backoff.step(deadline, quit_)) {
+          why = "device " + std::to_string(d) + " did not start the call (a ready point not signalled, or a device stalled)";
+          return false;
+        }
+      backoff.progress();
+    }
+    for (std::size_t base = 0; base < c.count; base += chunk) {
+      const std::size_t m = std::min(chunk, c.count - base);
+      bool first = true;
+      for (std::size_t d = 0; d < n_; ++d) {
+        if (!contributes(d)) continue;
+        std::uint64_t* units = publish_units(d, c.parity) + base;
+        const auto stamp_of = [&](std::size_t i) {
+          return static_cast<std::uint32_t>(std::atomic_ref<std::uint64_t>(units[i]).load(std::memory_order_relaxed) >> 32);
+        };
+        for (;;) {
+          std::uint32_t stale = 0;
+          for (std::size_t i = 0; i < m; ++i) {
+            const std::uint64_t u = std::atomic_ref<std::uint64_t>(units[i]).load(std::memory_order_relaxed);
+            stale |= static_cast<std::uint32_t>(u >> 32) ^ c.stamp;
+            values[i] = std::bit_cast<float>(static_cast<std::uint32_t>(u));
+          }
+          if (!stale) break;
+          // Wait on the first value not there yet, then read the chunk again.
+          std::size_t late = 0;
+          while (late < m && stamp_of(late) == c.stamp) ++late;
+          if (late == m) continue;  // it came meanwhile
+          while (stamp_of(late) != c.stamp)
+            if (!backoff.step(deadline, quit_)) {
+              why = "device " + std::to_string(d) + " did not publish value " + std::to_string(base + late) + " of " +
+                    std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
+              return false;
+            }
+          backoff.progress();
+        }
+        // Each value came in one 8-byte load with its stamp: nothing else needs ordering.
+        if (first) std::copy_n(values, m, acc);
+        else
+          for (std::size_t i = 0; i < m; ++i) acc[i] += values[i];
+        first = false;
+      }
+      for (const auto& peer : peers_) {
+        if (first) std::copy_n(peer.data() + base, m, acc);
+        else
+          for (std::size_t i = 0; i < m; ++i) acc[i] += peer[base + i];
+        first = false;
+      }
+      if (first) std::fill_n(acc, m, 0.0f);
+      for (std::size_t d = 0; d < n_; ++d)
+        std::memcpy(slot_words(d, c.parity) + relay_layout::payload + base, acc, m * sizeof(float));
+    }
+    // Every device has published this call and none can publish again before it has the
+    // sum: the moment to clear stale stamps before they repeat (once per 2^32 calls).
+    if (c.stamp == 0xFFFFFFFFu) scrub();
+    served_.fetch_add(1, std::memory_order_acq_rel);  // before any device can finish the call
+    relay_store_fence();
+    for (std::size_t d = 0; d < n_; ++d)
+      std::atomic_ref<std::uint32_t>(slot_words(d, c.parity)[relay_layout::flag]).store(c.stamp, std::memory_order_release);
+    relay_store_fence();
+    release_queues(c.sequence);
+    return true;
+  }
+
+  // Every publish area back to zero (no stamp), when stamps are about to repeat.
+  void scrub() {
+    for (auto& s : devices_) std::memset(s.publish->data, 0, s.publish->size);
+  }
+
+  // Lets the collect batches of call `sequence` go, on devices that wait at the queue.
+  // Values go up one call at a time, never past one a queue waits for.
+  void release_queues(std::uint64_t sequence) {
+    std::lock_guard lock(release_mutex_);
+    if (sequence <= released_) return;
+    released_ = sequence;
+    for (std::size_t d = 0; d < n_; ++d) {
+      if (!devices_[d].release.handle()) continue;
+      try {
+        devices_[d].release.signal(sequence);
+      } catch (const Error& e) {
+        if (on_failure_) on_failure_(e);
+      }
+    }
+  }
+
+  const std::size_t n_;
+  const Config config_;
+  FailureHandler on_failure_;
+  vk::DeviceSize slot_block_ = 0, publish_block_ = 0;
+  std::vector<DeviceMemory> devices_;
+  std::vector<std::vector<float>> peers_;
+  std::uint64_t next_sequence_;  // the communicator's thread only
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Call> recorded_, ready_;
+  bool stop_ = false, failed_ = false;
+  std::atomic<bool> quit_{false};  // stop_ or failed_: a wait in progress ends
+  std::atomic<std::size_t> in_flight_{0};
+  std::chrono::steady_clock::time_point last_end_;  // the thread's only
+  std::atomic<std::uint64_t> served_{0};
+
+  std::mutex release_mutex_;
+  std::uint64_t released_ = 0;
+
+  std::thread thread_;  // last: started once everything above exists
+};
+
+// What a communicator knows of the relay from its creation on: whether and how the group
+// can run it, and whether it was asked for.
+struct RelaySetup {
+  RelayGate gate;
+  bool asked = false;              // TPAR_ALGO=relay or host-played peers: no fallback
+  bool off = false;                // the automatic choice took it and its memory could not be made
+  std::uint32_t queue_waits = 0;   // bit d: device d's queue waits for the sum (its kernel cannot)
+  std::uint32_t spin_bound_ms = 0;
+  RelayHub::Config config;
+
+  // Throws on bad relay options, and where the relay is asked for but the group cannot
+  // run it (the reason in words, as for TPAR_SYNC=native).
+  static RelaySetup check(const DeviceGroup& group, const Options& options) {
+    RelaySetup r;
+    r.gate = group.relay_gate();
+    const std::size_t n = group.size();
+    if (options.relay_max_bytes < sizeof(float) || options.relay_max_bytes % sizeof(float) ||
+        options.relay_max_bytes > (std::size_t{64} << 20))
+      throw Error(ErrorCode::invalid_argument, "relay_max_bytes " + std::to_string(options.relay_max_bytes) +
+                                                   " is out of range: use a multiple of 4 from 4 to 64 MiB");
+    if (options.relay_host_peers && n + options.relay_host_peers > max_group_devices)
+      throw Error(ErrorCode::invalid_argument, "relay_host_peers " + std::to_string(options.relay_host_peers) + " with " +
+                                                   std::to_string(n) + " devices is more than " +
+                                                   std::to_string(max_group_devices) + " contributions");
+    r.asked = options.algo == AlgoChoice::relay || options.relay_host_peers;
+    if (r.asked && !r.gate.possible)
+      throw Error(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + r.gate.reason);
+    for (std::size_t d = 0; d < n; ++d)
+      if (group[d].capabilities().shader_loops_bounded()) r.queue_waits |= 1u << d;
+    // Twice the host's bound (and at least a second more): the host thread, which aborts a
+    // late call at its timeout, always ends a kernel's wait first.
+    const auto bound = std::max(2 * options.timeout, options.timeout + std::chrono::seconds(1));
+    r.spin_bound_ms = static_cast<std::uint32_t>(
+        std::min<std::int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(bound).count(), 0xFFFFFFFF));
+    r.config.depth = options.depth;
+    r.config.max_bytes = options.relay_max_bytes;
+    r.config.host_peers = options.relay_host_peers;
+    r.config.timeout = options.timeout;
+    r.config.queue_waits = r.queue_waits;
+    return r;
+  }
+
+  void fill(ScheduleRequest& rq, const Options& options) const {
+    if (options.relay_host_peers) rq.choice = AlgoChoice::relay;
+    rq.relay_max_bytes = options.relay_max_bytes;
+    rq.relay_automatic = gate.automatic && !off;
+    rq.relay_queue_waits = queue_waits;
+    rq.relay_spin_bound_ms = spin_bound_ms;
+  }
+};
+
+}  // namespace tpar::inline v0::detail

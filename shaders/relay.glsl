@@ -1,0 +1,152 @@
+// relay — one device's part of the relay (include/tpar/algo/relay.hpp): its contribution
+// out to host memory, the sum back from its slot in its own memory, which the host
+// writes while the kernel runs. relay.comp and relay_clock.comp build this file, the
+// latter with TPAR_RELAY_CLOCK (bounds the wait by the device clock, VK_KHR_shader_clock).
+//
+// Bindings, for the call's slot set:
+//   0  user.v[]: the caller's f32 tensor (from user_off, count values);
+//   1  slot.w[]: the device's slot (device-local, host-visible memory). Word SEQ: the
+//      call's stamp, written by the host before submission; FLAG: the stamp of the sum
+//      in the slot; ABORT: nonzero once the host gave up; the sum from word PAYLOAD;
+//   2  pub: the device's publish area (host memory the host reads while the kernel
+//      runs). header[ARRIVED]: the stamp of the last call this device started;
+//      header[GAVE_UP]: the stamp of a call whose wait hit the spin bound; unit[i]:
+//      (bits of value i, stamp), stored as one 8-byte word so the host never sees a
+//      stamp without its value.
+// Modes (bits of pc.mode):
+//   CONTRIBUTE  write the user values into pub.unit, stamped;
+//   ARRIVE      write the stamp into pub.header[ARRIVED] (the host writes a device's slot
+//               only after it arrived: it has then finished with its slots' earlier sums);
+//   COLLECT     wait until slot FLAG holds the stamp (ABORT, or the spin bound, ends the
+//               wait with user.v untouched), then copy the sum into user.v.
+// An aborted call touches nothing. Work groups split the values in blocks of 512, in a
+// grid-stride loop; every work group waits on its own, so the kernel needs all its
+// groups running at once (the communicator dispatches at most 32).
+#ifndef TPAR_RELAY_GLSL
+#define TPAR_RELAY_GLSL
+
+#ifdef TPAR_RELAY_CLOCK
+#extension GL_EXT_shader_realtime_clock : require
+#endif
+
+layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;
+
+layout(set = 0, binding = 0, std430) buffer User {
+  float v[];
+} user;
+
+layout(set = 0, binding = 1, std430) coherent volatile buffer Slot {
+  uint w[];
+} slot;
+
+// Volatile as well: on NVIDIA volatile accesses have system scope, so the stores leave
+// the GPU while the kernel runs rather than when its caches are flushed.
+layout(set = 0, binding = 2, std430) coherent volatile buffer Publish {
+  uint header[64];
+  uvec2 unit[];
+} pub;
+
+// tpar::KernelArgs; the relay reads count, user_off, mode and spin_bound.
+layout(push_constant, std430) uniform PC {
+  uint count;
+  uint user_off;
+  uint in_off;
+  uint out_off;
+  uint mode;
+  uint nseg;
+  uint seg_words;
+  uint mask;
+  uint host_out_off;
+  uint self;
+  uint spin_bound;  // clock variant: milliseconds; count variant: unused (2^32 polls)
+} pc;
+
+const uint SEQ = 0u;
+const uint FLAG = 1u;
+const uint ABORT = 2u;
+const uint PAYLOAD = 64u;
+const uint ARRIVED = 0u;
+const uint GAVE_UP = 1u;
+
+const uint CONTRIBUTE = 1u;
+const uint ARRIVE = 2u;
+const uint COLLECT = 4u;
+
+const uint GO = 0u;
+const uint ABORTED = 1u;
+const uint BOUND = 2u;
+
+const uint BLOCK = 512u;
+
+shared uint s_state;
+shared uint s_seq;
+
+// Polls the slot until it holds the sum for `seq`, the host aborts, or the bound passes.
+// The outcome is read from the slot once the loop is over, not carried out of it: a
+// driver that ends long loops on its own (lavapipe stops every shader's loops after 65535
+// iterations in all) leaves the loop by a path the compiler never saw, where a value
+// carried out of the loop is undefined.
+uint wait_for(uint seq) {
+#ifdef TPAR_RELAY_CLOCK
+  // The device clock in nanoseconds (as on NVIDIA and lavapipe), summed from 32-bit
+  // steps so that no 64-bit arithmetic is needed; read every 256 polls.
+  uint last = clockRealtime2x32EXT().x;
+  uint ns = 0u, ms = 0u;
+#endif
+  for (uint polls = 1u; polls != 0xFFFFFFFFu; ++polls) {
+    if (slot.w[FLAG] == seq || slot.w[ABORT] != 0u) break;
+#ifdef TPAR_RELAY_CLOCK
+    if ((polls & 255u) == 0u) {
+      const uint now = clockRealtime2x32EXT().x;
+      ns += now - last;
+      last = now;
+      ms += ns / 1000000u;
+      ns %= 1000000u;
+      if (ms >= pc.spin_bound) break;
+    }
+#endif
+  }
+  if (slot.w[FLAG] == seq) return GO;
+  return slot.w[ABORT] != 0u ? ABORTED : BOUND;
+}
+
+void main() {
+  const uint t = gl_LocalInvocationID.x;
+  if (t == 0u) {
+    s_state = slot.w[ABORT] != 0u ? ABORTED : GO;
+    s_seq = slot.w[SEQ];
+  }
+  memoryBarrierShared();
+  barrier();
+  if (s_state != GO) return;
+  const uint seq = s_seq;
+  const uint n = pc.count;
+  const uint nblocks = n / BLOCK + ((n % BLOCK) != 0u ? 1u : 0u);
+  if ((pc.mode & ARRIVE) != 0u && gl_WorkGroupID.x == 0u && t == 0u) pub.header[ARRIVED] = seq;
+  if ((pc.mode & CONTRIBUTE) != 0u) {
+    for (uint b = gl_WorkGroupID.x; b < nblocks; b += gl_NumWorkGroups.x) {
+      const uint i0 = b * BLOCK + t;
+      const uint i1 = i0 + BLOCK / 2u;
+      if (i0 < n) pub.unit[i0] = uvec2(floatBitsToUint(user.v[pc.user_off + i0]), seq);
+      if (i1 < n) pub.unit[i1] = uvec2(floatBitsToUint(user.v[pc.user_off + i1]), seq);
+    }
+  }
+  if ((pc.mode & COLLECT) == 0u) return;
+  barrier();  // every invocation past its publishing before s_state is written again
+  if (t == 0u) s_state = wait_for(seq);
+  memoryBarrierShared();
+  memoryBarrierBuffer();
+  barrier();
+  if (s_state != GO) {
+    if (s_state == BOUND && gl_WorkGroupID.x == 0u && t == 0u) pub.header[GAVE_UP] = seq;
+    return;
+  }
+  for (uint b = gl_WorkGroupID.x; b < nblocks; b += gl_NumWorkGroups.x) {
+    const uint i0 = b * BLOCK + t;
+    const uint i1 = i0 + BLOCK / 2u;
+    if (i0 < n) user.v[pc.user_off + i0] = uintBitsToFloat(slot.w[PAYLOAD + i0]);
+    if (i1 < n) user.v[pc.user_off + i1] = uintBitsToFloat(slot.w[PAYLOAD + i1]);
+  }
+}
+
+#endif  // TPAR_RELAY_GLSL
