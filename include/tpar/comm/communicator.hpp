@@ -308,10 +308,7 @@ class Communicator {
     } catch (...) {
       abandon_pending();
       pending_.clear();  // the communicator failed; its tickets report that
-      if (relay_) {
-        relay_->forget_recorded();
-        relay_->abort();
-      }
+      if (relay_) relay_->abort();
       throw;
     }
     // Only now tell the sync policy what the queues wait for, so that no value is

@@ -247,15 +247,11 @@ class RelayHub {
     cv_.notify_one();
   }
 
-  // Recorded calls that will never be submitted (their submission failed).
-  void forget_recorded() {
-    std::lock_guard lock(mutex_);
-    recorded_.clear();
-  }
-
-  // Gives up on every submitted call not yet served: every slot's abort word is set, so
-  // every kernel waiting, or starting later, gives up; every queue waiting for a sum is
-  // released. Calls submitted afterwards are released at once. Permanent.
+  // Gives up on every call not yet served, submitted or only recorded (whose batches
+  // may have reached some queues when a submission failed): every slot's abort word is
+  // set, so every kernel waiting, or starting later, gives up; every queue waiting for a
+  // sum is released, in call order. Calls submitted afterwards are released at once.
+  // Permanent.
   void abort() {
     std::vector<std::uint64_t> release_now;
     {
@@ -263,7 +259,9 @@ class RelayHub {
       failed_ = true;
       quit_.store(true, std::memory_order_release);
       for (const auto& c : ready_) release_now.push_back(c.sequence);
+      for (const auto& c : recorded_) release_now.push_back(c.sequence);
       ready_.clear();
+      recorded_.clear();
       in_flight_.store(0, std::memory_order_release);
     }
     for (std::size_t d = 0; d < n_; ++d)
