@@ -554,6 +554,11 @@ static int test_created(int n) {
   memset(&go, 0, sizeof go);
   go.virtual_count = (uint32_t)n;
   go.validation = g_validation;
+  /* The layer's core checks alone: synchronization validation checks the command buffers
+   * tpar records, whose shapes the C++ suite records under it (allreduce/every batch
+   * shape...); here its layer before 1.3.296 would stall for 10 s at a time when
+   * ProxyBridge's host signals meet this program's waits (docs/testing.md). */
+  go.no_sync_validation = 1;
   go.on_validation = on_validation;
   go.application_name = "tpar C test";
   REQUIRE(OK(tpar_group_create(&go, &group)));

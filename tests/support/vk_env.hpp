@@ -1,6 +1,7 @@
 // A DeviceGroup for tests: lavapipe virtual devices (or real GPUs with
-// TPAR_TEST_DEVICES=gpus), the validation layer with synchronization validation on,
-// and a check that nothing the test did made it report an error.
+// TPAR_TEST_DEVICES=gpus), the validation layer with synchronization validation on
+// (unless a test asks for the core checks alone), and a check that nothing the test did
+// made it report an error.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -34,10 +35,11 @@ inline std::uint32_t validation_layer_version() {
 }
 
 // Messages the validation layer reports about its own state tracking, not about the
-// application. One: before 1.3.296 its timeline-semaphore tracking can stall when a
-// host thread signals timelines that queues wait on (ProxyBridge does exactly that), and
-// after its internal 10 s timeout it reports UNASSIGNED-VkSemaphore-state-timeout, "most
-// likely a validation bug" in its own words; Vulkan-ValidationLayers PR #8519 rewrote
+// application. One: before 1.3.296, after a host wait its queue bookkeeping can wait for
+// a host signal it has not recorded yet (ProxyBridge's threads signal timelines that
+// queues wait on) or for a value no batch signals exactly, and after its internal 10 s
+// timeout it reports UNASSIGNED-VkSemaphore-state-timeout, "most likely a validation bug"
+// in its own words (docs/testing.md says when); Vulkan-ValidationLayers PR #8519 rewrote
 // that tracking. Counted and printed, never an error, and only for those versions.
 inline bool is_layer_self_report(const tpar::ValidationMessage& m) {
   return m.id == "UNASSIGNED-VkSemaphore-state-timeout" && validation_layer_version() < VK_MAKE_API_VERSION(0, 1, 3, 296);
@@ -75,10 +77,15 @@ inline bool use_real_gpus() {
   return v && std::string(v) == "gpus";
 }
 
+// What the validation layer checks on a test's devices: everything (its core checks and
+// synchronization validation), or with sync_validation false its core checks alone, for
+// tests whose command buffers have the shapes other tests record under synchronization
+// validation (docs/testing.md). TPAR_TEST_ALL_CHECKS=1 turns synchronization validation
+// on everywhere (slow with a layer older than 1.3.296).
 inline tpar::GroupOptions test_options(ValidationLog& log, std::uint32_t n, bool sync_validation = true) {
   tpar::GroupOptions o;
   o.validation = !std::getenv("TPAR_TEST_NO_VALIDATION");
-  o.sync_validation = sync_validation;
+  o.sync_validation = sync_validation || std::getenv("TPAR_TEST_ALL_CHECKS");
   o.on_validation = [&log](const tpar::ValidationMessage& m) { log.add(m); };
   if (use_real_gpus()) o.select.first(n);
   else o.select.virtual_devices(n);

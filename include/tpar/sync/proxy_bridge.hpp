@@ -15,6 +15,15 @@
 // (Waiting on the source and a host-rung "doorbell" at once, with WAIT_ANY, would wake
 // faster for a lower target, but validation layers before 1.3.296 record a WAIT_ANY as
 // if every semaphore in it had been reached.)
+//
+// With synchronization validation on, that layer also stalls for its internal 10 s
+// timeout when a host wait on a device overlaps a host signal into the same device
+// (docs/testing.md, "The validation layer"): after a successful vkWaitSemaphores it
+// holds a device-wide lock while its queue bookkeeping catches up with the value seen,
+// and that waits until the host signals the queue's work waited on are recorded, which
+// needs the same lock. wait_forwarded lets a host wait begin after those signals. (The
+// threads' own waits on their sources stay exposed: the one wait the layer does not
+// follow with that bookkeeping, WAIT_ANY with a second timeline, spins in lavapipe.)
 #pragma once
 
 #include <tpar/sync/concepts.hpp>
@@ -90,6 +99,19 @@ class ProxyBridge {
     if (!s.waiting) s.cv.notify_one();
   }
 
+  // Blocks until every value expected so far of `src`'s upload timeline up to `value` has
+  // been forwarded to `dst` (its signal made and returned; or given up, the bridge having
+  // failed), at most `timeout`; false if it ran out. Work of `dst` that waits through this
+  // bridge cannot finish before that, so a host wait on it may as well begin after.
+  bool wait_forwarded(std::uint32_t dst, std::uint32_t src, std::uint64_t value, std::chrono::nanoseconds timeout) const {
+    const Source& s = *sources_[src];
+    std::unique_lock lock(s.mutex);
+    return s.forwarded.wait_for(lock, timeout, [&] {
+      const auto& q = s.awaited[dst];
+      return q.empty() || q.front() > value;
+    });
+  }
+
   // Where forwarding stands, for error messages: per source its timeline's value, and
   // per destination the value forwarded and the next one awaited.
   std::string describe() const {
@@ -127,7 +149,8 @@ class ProxyBridge {
     std::vector<std::deque<std::uint64_t>> awaited;    // by destination: values its queue waits for
     std::vector<std::uint64_t> signaled;               // by destination: mirror's value
     mutable std::mutex mutex;
-    std::condition_variable cv;
+    std::condition_variable cv;                        // wakes the thread: values to forward, or stop
+    mutable std::condition_variable forwarded;         // wakes wait_forwarded
     bool stop = false;
     bool waiting = false;  // in vkWaitSemaphores
     std::thread thread;
@@ -164,6 +187,7 @@ class ProxyBridge {
         s.awaited[d].clear();  // the destination is lost too; nothing waits there any more
       }
     }
+    s.forwarded.notify_all();
   }
 
   void fail(Source& s, const Error& e) {
@@ -206,6 +230,7 @@ class ProxyBridge {
           break;
         }
       }
+      s.forwarded.notify_all();
     }
   }
 
