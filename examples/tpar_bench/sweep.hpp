@@ -30,6 +30,41 @@ inline bool runs_ring(const tpar::AnyCommunicator& comm, const Config& cfg) {
 }
 
 // Runs the table; true when every result checked correct.
+// The relay's calls one at a time, each waited for before the next, and where the time of
+// one went: the call itself on the host (recording, submission), from its submission to
+// every device's first values seen by the relay's thread (the GPUs start the kernels,
+// which publish), the thread's sum and its writes into every slot, and the rest (the
+// kernels see the flag, copy the sum and end; the done point; the host wakes). Means
+// over `iters` calls.
+template <class Restore>
+void print_relay_breakdown(tpar::AnyCommunicator& comm, const std::vector<tpar::BufferSpan>& spans, const tpar::AllreduceArgs& args,
+                           int iters, Restore&& restore) {
+  using Clock = std::chrono::steady_clock;
+  const tpar::RelayStats s0 = comm.relay_stats();
+  double call = 0, total = 0;
+  for (int i = 0; i < iters; ++i) {
+    if (i % 50 == 0) restore();  // the values grow n-fold per call
+    const auto t0 = Clock::now();
+    tpar::Ticket t = comm.allreduce(spans, args);
+    const auto t1 = Clock::now();
+    t.wait();
+    const auto t2 = Clock::now();
+    call += std::chrono::duration<double, std::micro>(t1 - t0).count();
+    total += std::chrono::duration<double, std::micro>(t2 - t0).count();
+  }
+  restore();
+  const tpar::RelayStats s1 = comm.relay_stats();
+  const double calls = double(s1.calls - s0.calls);
+  if (calls < iters) return;  // some went another way
+  const double arriving = std::chrono::duration<double, std::micro>(s1.arriving - s0.arriving).count() / calls;
+  const double serving = std::chrono::duration<double, std::micro>(s1.serving - s0.serving).count() / calls;
+  call /= iters;
+  total /= iters;
+  std::printf("#   one call at a time: %.1f us = call %.1f (record, submit) + %.1f (GPU starts, publishes; the thread sees it) + "
+              "%.1f (host sum into every slot, flags) + %.1f (kernels see the flag, copy, end; done point; host wakes)\n",
+              total, call, arriving, serving, total - call - arriving - serving);
+}
+
 inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::optional<LinkFigures>& link,
                       const std::string& header, const std::string& names, std::size_t largest) {
   const std::size_t n = group.size();
@@ -208,6 +243,7 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
         }
         rows.push_back(row);
         if (text) print_row(row);
+        if (text && info.algorithm == "relay") print_relay_breakdown(comm, spans, args, iters, restore);
         if (cfg.profile) {
           comm.allreduce(spans, args).wait();
           print_profile(comm.profile(), cfg, n, row);

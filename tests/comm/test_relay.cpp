@@ -367,6 +367,12 @@ TEST_CASE("relay kernel: the abort word ends a wait in progress") {
   Device& dev = k.env.group()[0];
   for (auto [variant, kernels] : k.variants()) {
     CAPTURE(variant);
+    if (!kernels->device_clock() && !dev.capabilities().shader_loops_bounded()) {
+      // Its wait is not a bound of time (on an H200 it gave up before the abort came, 200
+      // ms in), so calls never make it wait: such devices' queues wait for the sum.
+      MESSAGE("count variant: not waited on here (docs/relay.md)");
+      continue;
+    }
     KernelRig rig(dev, *kernels, *k.hub);
     const std::size_t count = 700;
     const auto stamp = static_cast<std::uint32_t>(k.hub->record(0, count, 1));
@@ -820,6 +826,10 @@ TEST_CASE("relay: an idle communicator costs no CPU after relay calls") {
                               << " us per call over " << s.calls << " calls");
   CHECK(s.calls == 20);
   CHECK(with_comm - baseline < 0.01);
+  // Every call was waited for before the next: its values came after it was handed over,
+  // and the sum took time to form.
+  CHECK(s.arriving.count() > 0);
+  CHECK(s.serving.count() > 0);
 }
 
 TEST_CASE("relay: chosen by TPAR_ALGO=relay, never automatically for virtual devices of one physical device") {

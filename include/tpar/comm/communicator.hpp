@@ -64,8 +64,13 @@ struct CallInfo {
 
 // The relay's host thread so far (zeros before the first relay call).
 struct RelayStats {
-  std::uint64_t calls = 0;           // relay calls it served
-  std::chrono::nanoseconds cpu{0};   // its CPU time
+  std::uint64_t calls = 0;                // relay calls it served
+  std::chrono::nanoseconds cpu{0};        // its CPU time
+  // Where the served calls' time went, summed over them (divide by calls): from the call's
+  // submission to every device's first values seen by the thread (the GPUs start the
+  // kernels, which publish), and from there to the sum in every slot with its flag.
+  std::chrono::nanoseconds arriving{0};
+  std::chrono::nanoseconds serving{0};
 };
 
 template <CrossDeviceSync Sync, Algorithm Algo = BySize, StagingPolicy Staging = HostImport>
@@ -173,7 +178,7 @@ class Communicator {
   RelayStats relay_stats() const {
     if (!relay_) return {};
     const auto s = relay_->stats();
-    return {s.calls, s.cpu};
+    return {s.calls, s.cpu, s.arriving, s.serving};
   }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits
@@ -404,6 +409,9 @@ class Communicator {
     if (relay_) return true;
     try {
       relay_ = std::make_unique<detail::RelayHub>(group_, relay_setup_.config, [h = health_](const Error& e) { h->fail(e); });
+      // A failure anywhere (a ticket's timeout, a lost device) ends the relay's calls at
+      // once: no kernel waits on, and no late sum reaches a buffer after the error.
+      health_->set_hook([hub = relay_.get()] { hub->abort(); });
     } catch (const Error& e) {
       if (relay_setup_.asked) throw;
       log(LogLevel::warning, std::string("the relay is unavailable (") + e.what() + "); small calls take OneShot");
@@ -1047,6 +1055,7 @@ class Communicator {
     retiring_.clear();
     generation_.reset();
     sync_.reset();
+    health_->set_hook({});  // tickets may outlive the relay
     relay_.reset();
     for (auto& c : ctx_) {
       if (!c.device) continue;  // creation failed before this device was reached

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,18 +22,28 @@ namespace detail {
 // first failure, after which the communicator refuses new calls until rebuilt.
 class Health {
  public:
+  // The first failure is kept; `hook` (set_hook) runs once with it, under this object's
+  // lock, so that it cannot run after set_hook({}) returns.
   void fail(const Error& e) {
     std::lock_guard lock(mutex_);
-    if (!error_) error_ = e;
+    if (error_) return;
+    error_ = e;
+    if (hook_) hook_();
   }
   std::optional<Error> error() const {
     std::lock_guard lock(mutex_);
     return error_;
   }
+  // What the communicator does at once when it fails (the relay gives up its calls).
+  void set_hook(std::function<void()> hook) {
+    std::lock_guard lock(mutex_);
+    hook_ = std::move(hook);
+  }
 
  private:
   mutable std::mutex mutex_;
   std::optional<Error> error_;
+  std::function<void()> hook_;
 };
 
 // A communicator's deferred calls (AllreduceArgs::defer), shared with its tickets: how

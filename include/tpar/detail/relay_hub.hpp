@@ -33,6 +33,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -149,6 +150,8 @@ class RelayHub {
   struct Stats {
     std::uint64_t calls = 0;               // calls served
     std::chrono::nanoseconds cpu{0};       // the thread's CPU time so far
+    std::chrono::nanoseconds arriving{0};  // summed over calls: handed to the thread -> every device's first values seen
+    std::chrono::nanoseconds serving{0};   // summed over calls: those values seen -> every flag written
   };
 
   RelayHub(const DeviceGroup& group, const Config& config, FailureHandler on_failure)
@@ -279,7 +282,11 @@ class RelayHub {
   // Submitted calls not yet served.
   std::size_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }
 
-  Stats stats() { return {served_.load(std::memory_order_acquire), thread_cpu_time(thread_)}; }
+  Stats stats() {
+    return {served_.load(std::memory_order_acquire), thread_cpu_time(thread_),
+            std::chrono::nanoseconds(arriving_ns_.load(std::memory_order_acquire)),
+            std::chrono::nanoseconds(serving_ns_.load(std::memory_order_acquire))};
+  }
 
   // Ends the thread (a call it is serving is left where it is: abort() first if the GPU
   // may still wait for one). Idempotent.
@@ -379,6 +386,7 @@ class RelayHub {
     float acc[chunk];
     float values[chunk];
     Backoff backoff;
+    auto arrived = std::chrono::steady_clock::now();  // every device's first chunk seen
     const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
     // Devices that contribute nothing announce their arrival in the header.
     for (std::size_t d = 0; d < n_; ++d) {
@@ -433,6 +441,7 @@ class RelayHub {
         first = false;
       }
       if (first) std::fill_n(acc, m, 0.0f);
+      if (base == 0) arrived = std::chrono::steady_clock::now();
       for (std::size_t d = 0; d < n_; ++d)
         std::memcpy(slot_words(d, c.parity) + relay_layout::payload + base, acc, m * sizeof(float));
     }
@@ -444,6 +453,11 @@ class RelayHub {
     for (std::size_t d = 0; d < n_; ++d)
       std::atomic_ref<std::uint32_t>(slot_words(d, c.parity)[relay_layout::flag]).store(c.stamp, std::memory_order_release);
     relay_store_fence();
+    const auto written = std::chrono::steady_clock::now();
+    arriving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(arrived - c.handed).count(),
+                           std::memory_order_acq_rel);
+    serving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(written - arrived).count(),
+                          std::memory_order_acq_rel);
     release_queues(c.sequence);
     return true;
   }
@@ -456,17 +470,22 @@ class RelayHub {
   // Lets the collect batches of call `sequence` go, on devices that wait at the queue.
   // Values go up one call at a time, never past one a queue waits for.
   void release_queues(std::uint64_t sequence) {
-    std::lock_guard lock(release_mutex_);
-    if (sequence <= released_) return;
-    released_ = sequence;
-    for (std::size_t d = 0; d < n_; ++d) {
-      if (!devices_[d].release.handle()) continue;
-      try {
-        devices_[d].release.signal(sequence);
-      } catch (const Error& e) {
-        if (on_failure_) on_failure_(e);
+    std::optional<Error> failed;
+    {
+      std::lock_guard lock(release_mutex_);
+      if (sequence <= released_) return;
+      released_ = sequence;
+      for (std::size_t d = 0; d < n_; ++d) {
+        if (!devices_[d].release.handle()) continue;
+        try {
+          devices_[d].release.signal(sequence);
+        } catch (const Error& e) {
+          if (!failed) failed = e;
+        }
       }
     }
+    // Outside the lock: the failure handler may abort the relay, which releases queues.
+    if (failed && on_failure_) on_failure_(*failed);
   }
 
   const std::size_t n_;
@@ -485,6 +504,7 @@ class RelayHub {
   std::atomic<std::size_t> in_flight_{0};
   std::chrono::steady_clock::time_point last_end_;  // the thread's only
   std::atomic<std::uint64_t> served_{0};
+  std::atomic<std::int64_t> arriving_ns_{0}, serving_ns_{0};  // Stats
 
   std::mutex release_mutex_;
   std::uint64_t released_ = 0;
@@ -519,8 +539,18 @@ struct RelaySetup {
     r.asked = options.algo == AlgoChoice::relay || options.relay_host_peers;
     if (r.asked && !r.gate.possible)
       throw Error(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + r.gate.reason);
-    for (std::size_t d = 0; d < n; ++d)
-      if (group[d].capabilities().shader_loops_bounded()) r.queue_waits |= 1u << d;
+    // A kernel waits for the sum only where it can wait long (not on lavapipe), bounds
+    // its wait by the device clock (shaderDeviceClock enabled: a count of polls is no
+    // bound of time; on an H200 a wait bounded by 2^32 polls ended within 200 ms), and
+    // runs alongside its peers' kernels: several devices of one physical device are
+    // separate contexts that the GPU need not run at once (an H200 runs one context's
+    // waiting kernel until it ends). Elsewhere the queue waits for the sum.
+    for (std::size_t d = 0; d < n; ++d) {
+      const auto& cd = group[d].capabilities();
+      bool shared = false;
+      for (std::size_t e = 0; e < n; ++e) shared |= e != d && group[e].capabilities().device_uuid == cd.device_uuid;
+      if (cd.shader_loops_bounded() || shared || !group[d].enabled().shader_device_clock) r.queue_waits |= 1u << d;
+    }
     // Twice the host's bound (and at least a second more): the host thread, which aborts a
     // late call at its timeout, always ends a kernel's wait first.
     const auto bound = std::max(2 * options.timeout, options.timeout + std::chrono::seconds(1));

@@ -279,7 +279,7 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps) {
       if (caps[i].device_uuid == caps[j].device_uuid) {
         gate.reason = "devices " + std::to_string(j) + " and " + std::to_string(i) +
                       " are one physical device (one deviceUUID), whose kernels need not run at the same time, so the "
-                      "relay runs only when asked for (TPAR_ALGO=relay)";
+                      "relay runs only when asked for (TPAR_ALGO=relay), its queues waiting for the sum";
         return gate;
       }
   if (caps.size() < 2) {
