@@ -2,6 +2,8 @@
 // validation layer) and devices, and keeps owning them; tpar adopts them.
 #pragma once
 
+#include <cstdlib>
+
 #include <doctest/doctest.h>
 #include <tpar/vk/device_group.hpp>
 
@@ -28,9 +30,16 @@ struct HostApp {
     const char* layers[] = {"VK_LAYER_KHRONOS_validation"};
     const char* exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
     vk::ApplicationInfo app("host", 1, "host", 1, VK_API_VERSION_1_2);
-    vk::InstanceCreateInfo info({}, &app, 1, layers, 1, exts);
+    // TPAR_TEST_NO_VALIDATION (machines without the layer, such as the GPU machines): no
+    // layer and no messenger, as for the tests' own groups.
+    const std::uint32_t validate = std::getenv("TPAR_TEST_NO_VALIDATION") ? 0u : 1u;
+    vk::InstanceCreateInfo info({}, &app, validate, layers, validate, exts);
     REQUIRE(vk::createInstance(&info, nullptr, &instance) == vk::Result::eSuccess);
     detail::bind_dispatcher(instance, true);
+    if (!validate) {
+      init_devices(n);
+      return;
+    }
     auto create = detail::load_instance_fn<PFN_vkCreateDebugUtilsMessengerEXT>(instance, "vkCreateDebugUtilsMessengerEXT");
     VkDebugUtilsMessengerCreateInfoEXT mi{};
     mi.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
@@ -44,6 +53,10 @@ struct HostApp {
     };
     mi.pUserData = &log;
     REQUIRE(create(instance, &mi, nullptr, &messenger) == VK_SUCCESS);
+    init_devices(n);
+  }
+
+  void init_devices(std::uint32_t n) {
     auto physicals = detail::physical_devices(instance);
     REQUIRE(!physicals.empty());
     physical = physicals[0];
@@ -63,8 +76,10 @@ struct HostApp {
   }
   ~HostApp() {
     for (auto d : devices) d.destroy();
-    auto destroy = detail::load_instance_fn<PFN_vkDestroyDebugUtilsMessengerEXT>(instance, "vkDestroyDebugUtilsMessengerEXT");
-    destroy(instance, messenger, nullptr);
+    if (messenger) {
+      auto destroy = detail::load_instance_fn<PFN_vkDestroyDebugUtilsMessengerEXT>(instance, "vkDestroyDebugUtilsMessengerEXT");
+      destroy(instance, messenger, nullptr);
+    }
     instance.destroy();
   }
 };
