@@ -19,6 +19,7 @@
 #pragma once
 
 #include <tpar/algo/relay.hpp>
+#include <tpar/core/log.hpp>
 #include <tpar/detail/align.hpp>
 #include <tpar/sync/concepts.hpp>
 #include <tpar/sync/timeline.hpp>
@@ -519,6 +520,7 @@ struct RelaySetup {
   bool asked = false;              // TPAR_ALGO=relay or host-played peers: no fallback
   bool off = false;                // the automatic choice took it and its memory could not be made
   std::uint32_t queue_waits = 0;   // bit d: device d's queue waits for the sum (its kernel cannot)
+  bool driver_queue_waits = false; // and some such device is a GPU (not lavapipe)
   std::uint32_t spin_bound_ms = 0;
   RelayHub::Config config;
 
@@ -550,7 +552,17 @@ struct RelaySetup {
       bool shared = false;
       for (std::size_t e = 0; e < n; ++e) shared |= e != d && group[e].capabilities().device_uuid == cd.device_uuid;
       if (cd.shader_loops_bounded() || shared || !group[d].enabled().shader_device_clock) r.queue_waits |= 1u << d;
+      if (!cd.shader_loops_bounded() && ((r.queue_waits >> d) & 1u)) r.driver_queue_waits = true;
     }
+    // A GPU's queues waiting for the host's release, call after call: correct, but the
+    // NVIDIA driver (580.159.04) crashed in vkQueueSubmit, its stack exhausted, once many
+    // such waits were queued (a soak of 4 virtual devices of one H200). So never chosen
+    // automatically; asked for, it runs, with a warning.
+    if (r.asked && r.driver_queue_waits)
+      log(LogLevel::warning, "the relay runs with its queues waiting for the host's sum (" +
+                                 std::string(r.gate.automatic ? "a device did not enable shaderDeviceClock"
+                                                              : "devices share one physical device") +
+                                 "); NVIDIA's driver 580 crashed with many such calls queued: for tests, not for use");
     // Twice the host's bound (and at least a second more): the host thread, which aborts a
     // late call at its timeout, always ends a kernel's wait first.
     const auto bound = std::max(2 * options.timeout, options.timeout + std::chrono::seconds(1));
@@ -567,7 +579,7 @@ struct RelaySetup {
   void fill(ScheduleRequest& rq, const Options& options) const {
     if (options.relay_host_peers) rq.choice = AlgoChoice::relay;
     rq.relay_max_bytes = options.relay_max_bytes;
-    rq.relay_automatic = gate.automatic && !off;
+    rq.relay_automatic = gate.automatic && !off && !driver_queue_waits;
     rq.relay_queue_waits = queue_waits;
     rq.relay_spin_bound_ms = spin_bound_ms;
   }
