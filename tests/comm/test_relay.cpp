@@ -1,4 +1,4 @@
-// The relay (algo/relay.hpp, detail/relay_hub.hpp): its kernel on a device, both
+// The relay (algo/relay.hpp, comm/detail/relay_hub.hpp): its kernel on a device, both
 // variants, every mode and every way its wait ends; its host thread with the test
 // playing the devices (sums, arrival, the stamp wrap, timeouts, CPU); and the
 // communicator with the relay on lavapipe virtual devices (their queues wait for the sum,
@@ -8,7 +8,7 @@
 // in flight, and no CPU when idle.
 #include <doctest/doctest.h>
 #include <tpar/comm/any_communicator.hpp>
-#include <tpar/detail/relay_hub.hpp>
+#include <tpar/comm/comm/detail/relay_hub.hpp>
 
 #include "support/numerics.hpp"
 #include "support/rig.hpp"

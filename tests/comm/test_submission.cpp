@@ -2,7 +2,7 @@
 // before them (detail::MergedBatches). Pure bookkeeping on submit structures: nothing is
 // submitted, so the handles are stand-ins.
 #include <doctest/doctest.h>
-#include <tpar/detail/merged_batches.hpp>
+#include <tpar/comm/detail/merged_batches.hpp>
 
 #include <vector>
 

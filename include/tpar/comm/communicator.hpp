@@ -7,13 +7,16 @@
 #pragma once
 
 #include <tpar/algo/by_size.hpp>
+#include <tpar/comm/call.hpp>
 #include <tpar/comm/profile.hpp>
 #include <tpar/comm/ticket.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/options.hpp>
-#include <tpar/detail/comm_plan.hpp>
-#include <tpar/detail/merged_batches.hpp>
-#include <tpar/detail/relay_hub.hpp>
+#include <tpar/comm/detail/comm_plan.hpp>
+#include <tpar/comm/detail/merged_batches.hpp>
+#include <tpar/comm/detail/profile_reader.hpp>
+#include <tpar/comm/detail/relay_hub.hpp>
+#include <tpar/comm/detail/validate.hpp>
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
 #include <tpar/sync/concepts.hpp>
@@ -28,50 +31,6 @@
 #include <thread>
 
 namespace tpar::inline v0 {
-
-template <class S>
-concept StagingPolicy = requires(const DeviceGroup& group) {
-  { S::name } -> std::convertible_to<std::string_view>;
-  S::check_support(group);
-  typename S::Generation;
-} && std::constructible_from<typename S::Generation, const DeviceGroup&, std::uint64_t, std::uint32_t, std::uint64_t>;
-
-struct AllreduceArgs {
-  // Per device (or empty): work on the span starts once this point is reached. A null
-  // semaphore means no wait for that device.
-  std::span<const TimelinePoint> ready;
-  // Per device (or empty: all): false marks a device that computed nothing; its buffer
-  // counts as zeros (whatever it holds) and still receives the result.
-  std::span<const bool> contributes;
-  // Overrides the communicator's wire choice for this call.
-  std::optional<Wire> wire;
-  // Hold the call's work back until flush() (or until tpar must submit it: a later call
-  // that is not deferred, a host wait on its ticket, a slot set needed again,
-  // destruction), so that back-to-back calls reach each queue in one vkQueueSubmit: the
-  // driver's cost per submission is most of a small call's host CPU. At most
-  // Options::depth calls are held. Work of the caller's that waits on the ticket's done
-  // points is submitted after the flush (queued ahead of tpar's batches on the same queue,
-  // it would wait forever).
-  bool defer = false;
-};
-
-// What one call did, for reports (tpar-bench, logs). The relay carries f32 whatever wire
-// was asked for, and says so here.
-struct CallInfo {
-  std::string_view algorithm;
-  Wire wire = Wire::f32;
-};
-
-// The relay's host thread so far (zeros before the first relay call).
-struct RelayStats {
-  std::uint64_t calls = 0;                // relay calls it served
-  std::chrono::nanoseconds cpu{0};        // its CPU time
-  // Where the served calls' time went, summed over them (divide by calls): from the call's
-  // submission to every device's first values seen by the thread (the GPUs start the
-  // kernels, which publish), and from there to the sum in every slot with its flag.
-  std::chrono::nanoseconds arriving{0};
-  std::chrono::nanoseconds serving{0};
-};
 
 template <CrossDeviceSync Sync, Algorithm Algo = BySize, StagingPolicy Staging = HostImport>
 class Communicator {
@@ -190,64 +149,7 @@ class Communicator {
     if (!last_plan_) return out;
     flush();
     if (!drain(options_.timeout)) throw Error(ErrorCode::timeout, "profile(): the last call did not finish within the timeout");
-    PlanType& plan = *last_plan_;
-    const std::size_t n = size();
-    std::vector<double> offset(n, 0.0);  // device ticks -> host microseconds
-    bool aligned = true;
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& fns = group_[d].extension_fns();
-      if (!fns.get_calibrated_timestamps) {
-        aligned = false;
-        continue;
-      }
-      const VkCalibratedTimestampInfoEXT infos[2] = {{VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, nullptr, VK_TIME_DOMAIN_DEVICE_EXT},
-                                                    {VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, nullptr, VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT}};
-      std::uint64_t ts[2] = {0, 0}, deviation = 0;
-      if (fns.get_calibrated_timestamps(group_[d].handle(), 2, infos, ts, &deviation) != VK_SUCCESS) {
-        aligned = false;
-        continue;
-      }
-      offset[d] = double(ts[1]) / 1e3 - double(ts[0]) * group_[d].capabilities().timestamp_period_ns / 1e3;
-    }
-    out.aligned = aligned;
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& batches = plan.schedule.devices[d].batches;
-      const auto& sub = plan.submits[d][last_parity_];
-      out.devices[d].resize(batches.size());
-      std::vector<std::uint64_t> raw(2 * batches.size(), 0);
-      std::vector<std::uint64_t> avail(2 * batches.size() * 2, 0);
-      if (sub.timestamps)
-        (void)group_[d].handle().getQueryPoolResults(sub.timestamps, 0, static_cast<std::uint32_t>(raw.size()),
-                                                     avail.size() * sizeof(std::uint64_t), avail.data(), 2 * sizeof(std::uint64_t),
-                                                     vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWithAvailability);
-      const double period = group_[d].capabilities().timestamp_period_ns / 1e3;
-      for (std::size_t b = 0; b < batches.size(); ++b) {
-        auto& t = out.devices[d][b];
-        t.role = queue_of(batches[b]);
-        t.what = describe(batches[b]);
-        if (avail[4 * b + 1] && avail[4 * b + 3]) {
-          t.start_us = double(avail[4 * b]) * period + (aligned ? offset[d] : 0.0);
-          t.end_us = double(avail[4 * b + 2]) * period + (aligned ? offset[d] : 0.0);
-        }
-      }
-    }
-    // Count from the first batch: across devices when aligned, per device otherwise.
-    auto rebase = [](std::vector<BatchTiming>& v, double origin) {
-      for (auto& t : v) {
-        t.start_us -= origin;
-        t.end_us -= origin;
-      }
-    };
-    auto first = [](const std::vector<BatchTiming>& v) {
-      double lo = std::numeric_limits<double>::infinity();
-      for (const auto& t : v)
-        if (!std::isnan(t.start_us)) lo = std::min(lo, t.start_us);
-      return std::isinf(lo) ? 0.0 : lo;
-    };
-    double origin = std::numeric_limits<double>::infinity();
-    for (const auto& v : out.devices) origin = std::min(origin, first(v));
-    for (auto& v : out.devices) rebase(v, aligned ? origin : first(v));
-    return out;
+    return detail::read_profile(group_, *last_plan_, last_parity_);
   }
 
   // Sums `spans` (one per device, f32, in place) across the group. Bad input throws
@@ -426,46 +328,7 @@ class Communicator {
     else return false;
   }
 
-  void validate(std::span<const BufferSpan> spans, const AllreduceArgs& args) const {
-    const std::size_t n = size();
-    auto bad = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, what); };
-    if (spans.size() != n)
-      bad("allreduce got " + std::to_string(spans.size()) + " spans for a group of " + std::to_string(n) + " devices");
-    if (!args.ready.empty() && args.ready.size() != n)
-      bad("allreduce got " + std::to_string(args.ready.size()) + " ready points for " + std::to_string(n) + " devices");
-    if (!args.contributes.empty() && args.contributes.size() != n)
-      bad("allreduce got " + std::to_string(args.contributes.size()) + " contribution flags for " + std::to_string(n) + " devices");
-    if (args.wire) detail::require_known(*args.wire, all_wires, "AllreduceArgs::wire");
-    const std::size_t count = spans[0].count;
-    for (std::size_t d = 0; d < n; ++d) {
-      const BufferSpan& s = spans[d];
-      const std::string who = "span " + std::to_string(d);
-      if (s.count != count)
-        bad(who + " has " + std::to_string(s.count) + " values but span 0 has " + std::to_string(count) +
-            ": every device must reduce the same count");
-      if (count == 0) continue;
-      const auto& caps = group_[d].capabilities();
-      if (!s.buffer) bad(who + " has no buffer");
-      if (count > 0xFFFFFFFFull) bad(who + ": at most 2^32-1 values per call");
-      const vk::DeviceSize align = std::max<vk::DeviceSize>(caps.min_storage_offset_alignment, sizeof(float));
-      if (s.offset % align)
-        bad(who + "'s offset " + std::to_string(s.offset) + " is not a multiple of " + std::to_string(align) +
-            " (minStorageBufferOffsetAlignment of device " + std::to_string(d) + ")");
-      if (s.bytes() > caps.max_storage_buffer_range)
-        bad(who + " is " + std::to_string(s.bytes()) + " bytes, more than device " + std::to_string(d) +
-            "'s maxStorageBufferRange (" + std::to_string(caps.max_storage_buffer_range) + ")");
-      vk::DeviceSize size = s.buffer_size;
-      if (!size) {
-        vk::MemoryRequirements req;
-        group_[d].handle().getBufferMemoryRequirements(s.buffer, &req);
-        size = req.size;
-      }
-      // Written so that nothing wraps: an offset near 2^64 plus the span's bytes would.
-      if (s.offset > size || s.bytes() > size - s.offset)
-        bad(who + " (offset " + std::to_string(s.offset) + ", " + std::to_string(count) + " values) ends past the end of its buffer (" +
-            std::to_string(size) + " bytes)");
-    }
-  }
+  void validate(std::span<const BufferSpan> spans, const AllreduceArgs& args) const { detail::validate_call(group_, spans, args); }
 
   Ticket noop_ticket(const AllreduceArgs& args) {
     std::vector<TimelinePoint> done(size());

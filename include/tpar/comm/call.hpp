@@ -1,0 +1,63 @@
+// What one allreduce call takes and reports: its arguments, what it chose, the relay's
+// statistics; and the concept a staging policy meets. Included by communicator.hpp.
+#pragma once
+
+#include <tpar/core/options.hpp>
+#include <tpar/core/timeline_point.hpp>
+#include <tpar/core/wire.hpp>
+#include <tpar/vk/device_group.hpp>
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace tpar::inline v0 {
+
+template <class S>
+concept StagingPolicy = requires(const DeviceGroup& group) {
+  { S::name } -> std::convertible_to<std::string_view>;
+  S::check_support(group);
+  typename S::Generation;
+} && std::constructible_from<typename S::Generation, const DeviceGroup&, std::uint64_t, std::uint32_t, std::uint64_t>;
+
+struct AllreduceArgs {
+  // Per device (or empty): work on the span starts once this point is reached. A null
+  // semaphore means no wait for that device.
+  std::span<const TimelinePoint> ready;
+  // Per device (or empty: all): false marks a device that computed nothing; its buffer
+  // counts as zeros (whatever it holds) and still receives the result.
+  std::span<const bool> contributes;
+  // Overrides the communicator's wire choice for this call.
+  std::optional<Wire> wire;
+  // Hold the call's work back until flush() (or until tpar must submit it: a later call
+  // that is not deferred, a host wait on its ticket, a slot set needed again,
+  // destruction), so that back-to-back calls reach each queue in one vkQueueSubmit: the
+  // driver's cost per submission is most of a small call's host CPU. At most
+  // Options::depth calls are held. Work of the caller's that waits on the ticket's done
+  // points is submitted after the flush (queued ahead of tpar's batches on the same queue,
+  // it would wait forever).
+  bool defer = false;
+};
+
+// What one call did, for reports (tpar-bench, logs). The relay carries f32 whatever wire
+// was asked for, and says so here.
+struct CallInfo {
+  std::string_view algorithm;
+  Wire wire = Wire::f32;
+};
+
+// The relay's host thread so far (zeros before the first relay call).
+struct RelayStats {
+  std::uint64_t calls = 0;                // relay calls it served
+  std::chrono::nanoseconds cpu{0};        // its CPU time
+  // Where the served calls' time went, summed over them (divide by calls): from the call's
+  // submission to every device's first values seen by the thread (the GPUs start the
+  // kernels, which publish), and from there to the sum in every slot with its flag.
+  std::chrono::nanoseconds arriving{0};
+  std::chrono::nanoseconds serving{0};
+};
+
+}  // namespace tpar::inline v0
