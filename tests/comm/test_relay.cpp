@@ -8,7 +8,7 @@
 // in flight, and no CPU when idle.
 #include <doctest/doctest.h>
 #include <tpar/comm/any_communicator.hpp>
-#include <tpar/comm/comm/detail/relay_hub.hpp>
+#include <tpar/comm/detail/relay_hub.hpp>
 
 #include "support/numerics.hpp"
 #include "support/rig.hpp"
