@@ -22,12 +22,17 @@ namespace detail {
 // first failure, after which the communicator refuses new calls until rebuilt.
 class Health {
  public:
-  // The first failure is kept; `hook` (set_hook) runs once with it, under this object's
-  // lock, so that it cannot run after set_hook({}) returns.
+  // The first failure is kept; the hook (set_hook) then runs once. It runs under a lock of
+  // its own, so that it cannot run after set_hook({}) returns, and outside the error's
+  // lock, so that a failure it meets itself (a signal that fails while the relay gives
+  // up) returns at once instead of waiting on this thread's own lock.
   void fail(const Error& e) {
-    std::lock_guard lock(mutex_);
-    if (error_) return;
-    error_ = e;
+    {
+      std::lock_guard lock(mutex_);
+      if (error_) return;
+      error_ = e;
+    }
+    std::lock_guard hook_lock(hook_mutex_);
     if (hook_) hook_();
   }
   std::optional<Error> error() const {
@@ -36,13 +41,14 @@ class Health {
   }
   // What the communicator does at once when it fails (the relay gives up its calls).
   void set_hook(std::function<void()> hook) {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(hook_mutex_);
     hook_ = std::move(hook);
   }
 
  private:
   mutable std::mutex mutex_;
   std::optional<Error> error_;
+  std::mutex hook_mutex_;
   std::function<void()> hook_;
 };
 
