@@ -65,13 +65,13 @@ class Soak {
       algos_.insert(algos_.end(), std::begin(algo_choices), std::end(algo_choices));
       // The relay only where every device has the memory it needs (asked for elsewhere,
       // a communicator is refused).
-      const tpar::DeviceGroup& all = *slots_[max_devices_].group;
-      if (!all.relay_gate().possible) std::erase(algos_, tpar::AlgoChoice::relay);
-      // Virtual devices of one GPU: the relay's queues would wait for the host's sum,
-      // which NVIDIA's driver 580 crashed under (docs/relay.md); --algo relay still runs it.
-      else if (!all.relay_gate().automatic && !all[0].capabilities().shader_loops_bounded()) {
+      const tpar::RelayGate gate = (*slots_[max_devices_].group).relay_gate();
+      if (!gate.possible) std::erase(algos_, tpar::AlgoChoice::relay);
+      // A GPU's queue would wait for the host's sum, which NVIDIA's driver 580 crashed
+      // under (docs/relay.md); --algo relay still runs it.
+      else if (gate.gpu_queue_waits) {
         std::erase(algos_, tpar::AlgoChoice::relay);
-        std::fprintf(stderr, "%s: soak: the relay is left out on virtual devices of one GPU (--algo relay runs it)\n", program.c_str());
+        std::fprintf(stderr, "%s: soak: the relay is left out (%s; --algo relay runs it)\n", program.c_str(), gate.reason.c_str());
       }
     }
     if (cfg.has("--wire")) wires_ = cfg.wires;

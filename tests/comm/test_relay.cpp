@@ -832,6 +832,59 @@ TEST_CASE("relay: an idle communicator costs no CPU after relay calls") {
   CHECK(s.serving.count() > 0);
 }
 
+TEST_CASE("relay gate: where kernels wait, where queues wait, and when the automatic choice may take it") {
+  // Capabilities as the drivers report them, without devices: two GPUs, lavapipe.
+  auto gpu = [](std::uint8_t id) {
+    DeviceCapabilities c;
+    c.name = "GPU " + std::to_string(id);
+    c.driver_id = vk::DriverId::eNvidiaProprietary;
+    c.device_uuid[0] = id;
+    c.host_visible_device_local_heap = std::uint64_t{1} << 30;
+    return c;
+  };
+  DeviceCapabilities cpu = gpu(9);
+  cpu.driver_id = vk::DriverId::eMesaLlvmpipe;
+  const bool both[2] = {true, true}, first_only[2] = {true, false};
+  {  // distinct GPUs with the device clock: kernels wait, chosen by size
+    const DeviceCapabilities caps[2] = {gpu(1), gpu(2)};
+    const RelayGate g = relay_gate(caps, both);
+    CHECK(g.possible);
+    CHECK(g.automatic);
+    CHECK(g.queue_waits == 0);
+    CHECK_FALSE(g.gpu_queue_waits);
+  }
+  {  // one without the clock: its queue waits, so not automatic, and why
+    const DeviceCapabilities caps[2] = {gpu(1), gpu(2)};
+    const RelayGate g = relay_gate(caps, first_only);
+    CHECK(g.possible);
+    CHECK_FALSE(g.automatic);
+    CHECK(g.queue_waits == 0b10);
+    CHECK(g.gpu_queue_waits);
+    CHECK(g.reason.find("device 1 did not enable shaderDeviceClock") != std::string::npos);
+  }
+  {  // one GPU opened twice: both queues wait
+    const DeviceCapabilities caps[2] = {gpu(1), gpu(1)};
+    const RelayGate g = relay_gate(caps, both);
+    CHECK_FALSE(g.automatic);
+    CHECK(g.queue_waits == 0b11);
+    CHECK(g.gpu_queue_waits);
+    CHECK(g.reason.find("one physical device") != std::string::npos);
+  }
+  {  // lavapipe: queues wait, which is not the GPU case
+    const DeviceCapabilities caps[2] = {cpu, gpu(2)};
+    const RelayGate g = relay_gate(caps, both);
+    CHECK(g.queue_waits == 0b01);
+    CHECK_FALSE(g.gpu_queue_waits);
+    CHECK(g.automatic);
+  }
+  {  // a device without the memory: not possible at all
+    DeviceCapabilities small = gpu(2);
+    small.host_visible_device_local_heap = 256 << 10;
+    const DeviceCapabilities caps[2] = {gpu(1), small};
+    CHECK_FALSE(relay_gate(caps, both).possible);
+  }
+}
+
 TEST_CASE("relay: chosen by TPAR_ALGO=relay, never automatically for virtual devices of one physical device") {
   VkEnv env(2, {.sync_validation = relay_sync_validation()});
   if (!env.ok()) return;

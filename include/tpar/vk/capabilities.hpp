@@ -251,8 +251,13 @@ inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<co
 // Whether a group can use the relay (algo/relay.hpp), and whether the automatic choice may.
 struct RelayGate {
   bool possible = false;   // every device has the memory the relay needs: TPAR_ALGO=relay runs it
-  bool automatic = false;  // and its devices are distinct physical devices: chosen by size
+  bool automatic = false;  // and its kernels wait for the sum on distinct GPUs: chosen by size
   std::string reason;      // one sentence a user can read
+  // Bit d: device d's queue waits for the sum, not its kernel (see relay_gate).
+  std::uint32_t queue_waits = 0;
+  // Some such device is a GPU: correct, but for tests, not for use (NVIDIA's driver 580
+  // crashed in vkQueueSubmit with many such calls queued).
+  bool gpu_queue_waits = false;
 };
 
 // The least host-visible device-local memory a device needs for the relay: its slots
@@ -260,7 +265,8 @@ struct RelayGate {
 // that maps no more than this to the host (a small BAR) needs it for other things.
 inline constexpr vk::DeviceSize relay_min_heap = vk::DeviceSize{16} << 20;
 
-inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps) {
+// `clock_enabled[d]`: device d enabled VK_KHR_shader_clock's shaderDeviceClock.
+inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> clock_enabled) {
   RelayGate gate;
   for (std::size_t i = 0; i < caps.size(); ++i) {
     const auto& c = caps[i];
@@ -274,16 +280,39 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps) {
     return gate;
   }
   gate.possible = true;
-  for (std::size_t i = 0; i < caps.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      if (caps[i].device_uuid == caps[j].device_uuid) {
-        gate.reason = "devices " + std::to_string(j) + " and " + std::to_string(i) +
-                      " are one physical device (one deviceUUID), whose kernels need not run at the same time, so the "
-                      "relay runs only when asked for (TPAR_ALGO=relay), its queues waiting for the sum";
-        return gate;
+  // A kernel waits for the sum only where it can wait long (not on lavapipe, which ends a
+  // shader's loops itself), bounds its wait by the device clock (a count of polls is no
+  // bound of time: on an H200 a wait bounded by 2^32 polls ended within 200 ms), and runs
+  // alongside its peers' kernels (several devices of one physical device are contexts the
+  // GPU need not run at once: an H200 ran one context's waiting kernel until it ended).
+  // Elsewhere the queue waits for the sum.
+  std::string shared_why, clock_why;
+  for (std::size_t i = 0; i < caps.size(); ++i) {
+    bool shared = false;
+    for (std::size_t j = 0; j < caps.size(); ++j)
+      if (j != i && caps[i].device_uuid == caps[j].device_uuid) {
+        shared = true;
+        if (shared_why.empty())
+          shared_why = "devices " + std::to_string(std::min(i, j)) + " and " + std::to_string(std::max(i, j)) +
+                       " are one physical device (one deviceUUID), whose kernels need not run at the same time";
       }
+    const bool clock = i < clock_enabled.size() && clock_enabled[i];
+    if (!clock && clock_why.empty()) clock_why = "device " + std::to_string(i) + " did not enable shaderDeviceClock";
+    if (!caps[i].shader_loops_bounded() && !shared && clock) continue;
+    gate.queue_waits |= 1u << i;
+    gate.gpu_queue_waits |= !caps[i].shader_loops_bounded();
+  }
+  if (!shared_why.empty()) {
+    gate.reason = shared_why + ", so the relay runs only when asked for (TPAR_ALGO=relay), its queues waiting for the sum";
+    return gate;
+  }
   if (caps.size() < 2) {
     gate.reason = "a single device needs no relay";
+    return gate;
+  }
+  if (gate.gpu_queue_waits) {
+    gate.reason = clock_why + ", so its wait for the sum would be the queue's, which NVIDIA's driver 580 crashed under; "
+                              "the relay runs only when asked for (TPAR_ALGO=relay)";
     return gate;
   }
   gate.automatic = true;

@@ -484,7 +484,9 @@ class DeviceGroup {
   // Whether the relay can serve this group, whether the automatic choice takes it, and why.
   RelayGate relay_gate() const {
     const auto caps = capabilities();
-    return tpar::relay_gate(caps);
+    bool clock_enabled[max_group_devices] = {};
+    for (std::size_t i = 0; i < size(); ++i) clock_enabled[i] = state_->devices[i]->enabled().shader_device_clock;
+    return tpar::relay_gate(caps, std::span<const bool>(clock_enabled, size()));
   }
 
   // Shared ownership of the group's Vulkan objects (communicators keep it alive).

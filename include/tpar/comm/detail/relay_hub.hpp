@@ -20,6 +20,7 @@
 
 #include <tpar/algo/relay.hpp>
 #include <tpar/core/log.hpp>
+#include <tpar/staging/host_import.hpp>
 #include <tpar/detail/align.hpp>
 #include <tpar/sync/concepts.hpp>
 #include <tpar/sync/timeline.hpp>
@@ -85,20 +86,12 @@ inline std::chrono::nanoseconds thread_cpu_time([[maybe_unused]] std::thread& th
   return std::chrono::nanoseconds(0);
 }
 
-// A buffer with its own memory, mapped for its life.
-struct MappedBuffer {
-  vk::Device device;
-  vk::Buffer buffer;
-  vk::DeviceMemory memory;
+// A buffer with its own memory, mapped for its life (unmapped before OwnedBuffer frees it).
+struct MappedBuffer : OwnedBuffer {
   void* data = nullptr;
   vk::DeviceSize size = 0;
-  MappedBuffer() = default;
-  MappedBuffer(const MappedBuffer&) = delete;
-  MappedBuffer& operator=(const MappedBuffer&) = delete;
   ~MappedBuffer() {
     if (data) device.unmapMemory(memory);
-    if (buffer) device.destroyBuffer(buffer);
-    if (memory) device.freeMemory(memory);
   }
 };
 
@@ -387,7 +380,7 @@ class RelayHub {
     float acc[chunk];
     float values[chunk];
     Backoff backoff;
-    auto arrived = std::chrono::steady_clock::now();  // every device's first chunk seen
+    auto arrived = c.handed;  // every device's first chunk seen (set below; a call of no values has none)
     const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
     // Devices that contribute nothing announce their arrival in the header.
     for (std::size_t d = 0; d < n_; ++d) {
@@ -519,8 +512,6 @@ struct RelaySetup {
   RelayGate gate;
   bool asked = false;              // TPAR_ALGO=relay or host-played peers: no fallback
   bool off = false;                // the automatic choice took it and its memory could not be made
-  std::uint32_t queue_waits = 0;   // bit d: device d's queue waits for the sum (its kernel cannot)
-  bool driver_queue_waits = false; // and some such device is a GPU (not lavapipe)
   std::uint32_t spin_bound_ms = 0;
   RelayHub::Config config;
 
@@ -541,27 +532,12 @@ struct RelaySetup {
     r.asked = options.algo == AlgoChoice::relay || options.relay_host_peers;
     if (r.asked && !r.gate.possible)
       throw Error(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + r.gate.reason);
-    // A kernel waits for the sum only where it can wait long (not on lavapipe), bounds
-    // its wait by the device clock (shaderDeviceClock enabled: a count of polls is no
-    // bound of time; on an H200 a wait bounded by 2^32 polls ended within 200 ms), and
-    // runs alongside its peers' kernels: several devices of one physical device are
-    // separate contexts that the GPU need not run at once (an H200 runs one context's
-    // waiting kernel until it ends). Elsewhere the queue waits for the sum.
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& cd = group[d].capabilities();
-      bool shared = false;
-      for (std::size_t e = 0; e < n; ++e) shared |= e != d && group[e].capabilities().device_uuid == cd.device_uuid;
-      if (cd.shader_loops_bounded() || shared || !group[d].enabled().shader_device_clock) r.queue_waits |= 1u << d;
-      if (!cd.shader_loops_bounded() && ((r.queue_waits >> d) & 1u)) r.driver_queue_waits = true;
-    }
     // A GPU's queues waiting for the host's release, call after call: correct, but the
     // NVIDIA driver (580.159.04) crashed in vkQueueSubmit, its stack exhausted, once many
-    // such waits were queued (a soak of 4 virtual devices of one H200). So never chosen
-    // automatically; asked for, it runs, with a warning.
-    if (r.asked && r.driver_queue_waits)
-      log(LogLevel::warning, "the relay runs with its queues waiting for the host's sum (" +
-                                 std::string(r.gate.automatic ? "a device did not enable shaderDeviceClock"
-                                                              : "devices share one physical device") +
+    // such waits were queued (a soak of 4 virtual devices of one H200). The gate never
+    // takes it automatically; asked for, it runs, with a warning.
+    if (r.asked && r.gate.gpu_queue_waits)
+      log(LogLevel::warning, "the relay runs with a GPU's queue waiting for the host's sum (" + r.gate.reason +
                                  "); NVIDIA's driver 580 crashed with many such calls queued: for tests, not for use");
     // Twice the host's bound (and at least a second more): the host thread, which aborts a
     // late call at its timeout, always ends a kernel's wait first.
@@ -572,15 +548,15 @@ struct RelaySetup {
     r.config.max_bytes = options.relay_max_bytes;
     r.config.host_peers = options.relay_host_peers;
     r.config.timeout = options.timeout;
-    r.config.queue_waits = r.queue_waits;
+    r.config.queue_waits = r.gate.queue_waits;
     return r;
   }
 
   void fill(ScheduleRequest& rq, const Options& options) const {
     if (options.relay_host_peers) rq.choice = AlgoChoice::relay;
     rq.relay_max_bytes = options.relay_max_bytes;
-    rq.relay_automatic = gate.automatic && !off && !driver_queue_waits;
-    rq.relay_queue_waits = queue_waits;
+    rq.relay_automatic = gate.automatic && !off;
+    rq.relay_queue_waits = gate.queue_waits;
     rq.relay_spin_bound_ms = spin_bound_ms;
   }
 };
