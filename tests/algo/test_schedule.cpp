@@ -156,6 +156,17 @@ TEST_CASE("ChunkedRing sizes pieces by wire bytes: at least the minimum, at most
   rq.piece_elems = 1 << 20;          // fixed pieces of 4 MiB f32
   rq.count = std::size_t{64} << 20;
   CHECK(ChunkedRing::pieces_per_chunk(rq) == 32);
+  // Fixed pieces too small for the chunk: at most max_pieces_per_chunk, each larger.
+  // (2 KiB pieces of a 64 MiB call, 16,384 a chunk, made NVIDIA's driver lose the device.)
+  rq.piece_elems = 512;
+  rq.count = std::size_t{16} << 20;
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == max_pieces_per_chunk);
+  rq.count = 2 * 64 * 512;  // exactly 64 pieces of 512 a chunk
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == 64);
+  rq.count = 2 * 65 * 512;  // one block more a chunk: still 64 (one of them two blocks), not 65
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == 64);
+  check_algorithm<ChunkedRing>(2, 2 * 65 * 512, Wire::f32, ~0u, 512, 4);  // the capped pieces sum exactly
+  check_algorithm<ChunkedRing>(3, 3 * 70 * 512 + 100, Wire::bf16, ~0u, 512, 2);
 }
 
 TEST_CASE("ChunkedRing pipelines: uploads of one piece precede downloads of the next") {

@@ -35,7 +35,7 @@ using fault::Kind;
 
 namespace {
 
-enum class Phase { group, comm, oneshot, ring, deferred, rerecord, destroy };
+enum class Phase { group, comm, oneshot, ring, deferred, rerecord, destroy, long_ring };
 constexpr Phase all_phases[] = {Phase::group, Phase::comm, Phase::oneshot, Phase::ring, Phase::deferred, Phase::rerecord, Phase::destroy};
 
 const char* name_of(Phase p) {
@@ -47,6 +47,7 @@ const char* name_of(Phase p) {
     case Phase::deferred: return "deferred calls + flush";
     case Phase::rerecord: return "3 calls, adopted devices without update-after-bind";
     case Phase::destroy: return "destruction, work in flight";
+    case Phase::long_ring: return "call, ring of 64 pieces a chunk (queues of over 64 batches)";
   }
   return "?";
 }
@@ -154,13 +155,20 @@ class Watchdog {
 
 constexpr std::uint32_t devices = 2;
 constexpr std::size_t small = 4096, large = 20000;
+// Phase::long_ring: 64 pieces of 512 values a chunk at n=2, so that each device's queues
+// get more batches than one vkQueueSubmit carries (Queue::max_batches_per_submit).
+constexpr std::size_t long_piece_bytes = 2048, longest = devices * max_pieces_per_chunk * long_piece_bytes / sizeof(float);
+static_assert(devices * max_pieces_per_chunk > Queue::max_batches_per_submit);
+
+bool ring_phase(Phase p) { return p == Phase::ring || p == Phase::long_ring; }
+std::size_t b_count(Phase p) { return p == Phase::ring ? large : p == Phase::long_ring ? longest : small; }
 
 Options comm_options(Phase phase, SyncChoice sync) {
   Options o;
   o.sync = sync;
   o.timeout = 5s;  // every wait tpar makes is bounded by it; injected timeouts come at once
-  o.algo = phase == Phase::ring ? AlgoChoice::ring : AlgoChoice::oneshot;
-  o.piece_bytes = 8192;  // the ring's chunks in several pieces
+  o.algo = ring_phase(phase) ? AlgoChoice::ring : AlgoChoice::oneshot;
+  o.piece_bytes = phase == Phase::long_ring ? long_piece_bytes : 8192;  // the ring's chunks in several pieces
   o.depth = 2;
   return o;
 }
@@ -275,8 +283,8 @@ Verdict run_cpp(Phase phase, SyncChoice sync, Kind kind, VkResult result, std::u
     v.error(e, result, "create");
     return v;
   }
-  Rig a(*group, small), b(*group, phase == Phase::ring ? large : small);
-  const auto xa = integer_inputs(devices, small, 1 + k), xb = integer_inputs(devices, phase == Phase::ring ? large : small, 2 + k);
+  Rig a(*group, small), b(*group, b_count(phase));
+  const auto xa = integer_inputs(devices, small, 1 + k), xb = integer_inputs(devices, b_count(phase), 2 + k);
   a.write(xa);
   b.write(xb);
   std::optional<DeviceGroup> adopted;
@@ -309,7 +317,7 @@ Verdict run_cpp(Phase phase, SyncChoice sync, Kind kind, VkResult result, std::u
   }
   // A call: OneShot (on a), ring (on b), two deferred calls (a, b) and a flush, or three
   // calls alternating a and b, the third recording its kernels again.
-  const bool uses_a = phase != Phase::ring, uses_b = phase != Phase::oneshot;
+  const bool uses_a = !ring_phase(phase), uses_b = phase != Phase::oneshot;
   const std::uint64_t submits = fault::submits();
   bool from_wait = false;
   try {
@@ -335,7 +343,7 @@ Verdict run_cpp(Phase phase, SyncChoice sync, Kind kind, VkResult result, std::u
         from_wait = true;
         t.wait();
       } else {
-        Rig& r = phase == Phase::ring ? b : a;
+        Rig& r = ring_phase(phase) ? b : a;
         Ticket t = comm->allreduce(r.spans());
         from_wait = true;
         t.wait();
@@ -599,6 +607,66 @@ TEST_CASE("every Vulkan failure, injected one at a time, ends in success or a cl
                                [&](std::uint64_t k) { return run_cpp(phase, sync, kind, result, k); }));
     }
     write_table(rows, sync == SyncChoice::proxy ? "C++ API, ProxyBridge" : "C++ API, NativeImport");
+  }
+}
+
+// A call whose queues get more batches than one vkQueueSubmit carries: a failure at any
+// of its vkQueueSubmit calls, the first part of a queue's batches submitted and the rest
+// not, must end as any other (the values the rest would have signalled are signalled
+// from the host, so that what reached the queues drains).
+TEST_CASE("a call split over several vkQueueSubmit calls per queue, failing at each of them, ends in a clear error") {
+  if (!ready()) return;
+  const auto keeper = keep_driver_loaded();
+  Watchdog watchdog(60s);
+  std::vector<Row> rows;
+  for (SyncChoice sync : syncs())
+    for (VkResult result : results_of(Kind::submit))
+      rows.push_back(sweep(std::string(name_of(Phase::long_ring)) + ", " + std::string(to_string(sync)), Kind::submit, result,
+                           watchdog, [&](std::uint64_t k) { return run_cpp(Phase::long_ring, sync, Kind::submit, result, k); }));
+  for (const auto& r : rows) CHECK_MESSAGE(r.injected > 2 * devices * 2, r.phase << ": " << r.injected << " runs injected");
+  write_table(rows, "C++ API, a call of several vkQueueSubmit calls per queue");
+}
+
+// Queue::submit splits a long list into vkQueueSubmit calls of at most
+// max_batches_per_submit, in order; where one fails, it says how many batches reached
+// the queue, and those (only those) run.
+TEST_CASE("Queue::submit splits a long list into vkQueueSubmit calls of at most 64 batches and says how many reached the queue when one fails") {
+  if (!ready()) return;
+  auto group = DeviceGroup::create(group_options());
+  Device& dev = group[0];
+  constexpr std::size_t count = 150;  // three calls: 64, 64, 22
+  for (bool fail_second : {false, true}) {
+    CAPTURE(fail_second);
+    Timeline t(dev.handle());
+    std::vector<std::uint64_t> values(count);
+    std::vector<vk::TimelineSemaphoreSubmitInfo> ti(count);
+    std::vector<vk::SubmitInfo> infos(count);
+    const vk::Semaphore sem = t.handle();
+    for (std::size_t i = 0; i < count; ++i) {
+      values[i] = i + 1;
+      ti[i] = vk::TimelineSemaphoreSubmitInfo(0, nullptr, 1, &values[i]);
+      infos[i] = vk::SubmitInfo(0, nullptr, nullptr, 0, nullptr, 1, &sem, &ti[i]);
+    }
+    const std::uint64_t before = fault::submits();
+    if (fail_second) fault::arm(Kind::submit, VK_ERROR_OUT_OF_HOST_MEMORY, 2);
+    std::size_t reached = 12345;
+    const vk::Result r = dev.compute_queue().submit(infos, {}, &reached);
+    fault::disarm();
+    if (!fail_second) {
+      CHECK(r == vk::Result::eSuccess);
+      CHECK(reached == count);
+      CHECK(fault::submits() - before == 3);
+      const std::uint64_t want = count;
+      CHECK(detail::wait_all(dev.handle(), std::span(&sem, 1), std::span(&want, 1), 5s) == vk::Result::eSuccess);
+    } else {
+      CHECK(r == vk::Result::eErrorOutOfHostMemory);
+      CHECK(reached == Queue::max_batches_per_submit);
+      CHECK(fault::submits() - before == 1);
+      const std::uint64_t want = Queue::max_batches_per_submit;
+      REQUIRE(detail::wait_all(dev.handle(), std::span(&sem, 1), std::span(&want, 1), 5s) == vk::Result::eSuccess);
+      std::this_thread::sleep_for(50ms);  // what did not reach the queue never signals
+      CHECK(t.value() == Queue::max_batches_per_submit);
+    }
   }
 }
 

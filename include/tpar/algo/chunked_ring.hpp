@@ -41,14 +41,15 @@ struct ChunkedRing {
     return out;
   }
 
-  // Pieces per chunk: with a fixed piece size, enough that no piece exceeds it; else as
-  // many as keep pieces at least min_piece_wire_bytes on the wire, at most max_pieces.
+  // Pieces per chunk: with a fixed piece size, enough that no piece exceeds it, at most
+  // max_pieces_per_chunk; else as many as keep pieces at least min_piece_wire_bytes on
+  // the wire, at most max_pieces.
   static std::size_t pieces_per_chunk(const ScheduleRequest& rq) {
     const std::size_t blocks = (rq.count + wire_block - 1) / wire_block;
     const std::size_t max_chunk_blocks = (blocks + rq.devices - 1) / rq.devices;
     if (rq.piece_elems) {
       const std::size_t piece_blocks = std::max<std::size_t>(1, rq.piece_elems / wire_block);
-      return std::max<std::size_t>(1, (max_chunk_blocks + piece_blocks - 1) / piece_blocks);
+      return std::clamp<std::size_t>((max_chunk_blocks + piece_blocks - 1) / piece_blocks, 1, max_pieces_per_chunk);
     }
     const std::size_t chunk_wire = wire_words(rq.wire, max_chunk_blocks * wire_block) * 4;
     const std::size_t pieces = chunk_wire / std::max<std::size_t>(rq.min_piece_wire_bytes, 1);

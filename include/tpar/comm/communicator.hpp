@@ -47,12 +47,13 @@ class Communicator {
     options_.validate_enums();
     if (options_.depth < 1 || options_.depth > 8)
       throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 1 to 8");
-    if (options_.lanes < 1 || options_.lanes > 64)
-      throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options_.lanes) + " is out of range: use 1 to 64");
+    const std::string up_to = "use 1 to " + std::to_string(max_pieces_per_chunk);
+    if (options_.lanes < 1 || options_.lanes > max_pieces_per_chunk)
+      throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options_.lanes) + " is out of range: " + up_to);
     if (options_.piece_bytes && options_.piece_bytes < wire_block * sizeof(float))
       throw Error(ErrorCode::invalid_argument, "piece_bytes must be 0 (automatic) or at least " + std::to_string(wire_block * sizeof(float)));
-    if (options_.max_pieces < 1 || options_.max_pieces > 64)
-      throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options_.max_pieces) + " is out of range: use 1 to 64");
+    if (options_.max_pieces < 1 || options_.max_pieces > max_pieces_per_chunk)
+      throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options_.max_pieces) + " is out of range: " + up_to);
     if (options_.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
     const std::size_t n = group_.size();
     relay_setup_ = detail::RelaySetup::check(group_, options_);
@@ -629,13 +630,24 @@ class Communicator {
     auto& c = ctx_[d];
     auto submit_to = [&](Queue& q, std::span<const vk::SubmitInfo> infos) {
       if (infos.empty()) return;
-      const vk::Result r = q.submit(infos);
+      std::size_t reached = 0;
+      const vk::Result r = q.submit(infos, {}, &reached);
+      // What reached the queue (all of it, or the vkQueueSubmit calls before the one that
+      // failed) signals its values: abandon_pending() must not signal those from the host.
+      for (const auto& info : infos.first(reached)) {
+        const auto& ti = *static_cast<const vk::TimelineSemaphoreSubmitInfo*>(info.pNext);
+        for (std::uint32_t k = 0; k < info.signalSemaphoreCount; ++k) {
+          auto& f = flushed_[d];
+          auto it = std::find_if(f.begin(), f.end(), [&](const auto& e) { return e.first == info.pSignalSemaphores[k]; });
+          if (it == f.end()) f.emplace_back(info.pSignalSemaphores[k], ti.pSignalSemaphoreValues[k]);
+          else it->second = std::max(it->second, ti.pSignalSemaphoreValues[k]);
+        }
+      }
       if (r != vk::Result::eSuccess) {
         const Error e(detail::code_for(r), "vkQueueSubmit on device " + std::to_string(d) + ": " + vk::to_string(r), r);
         health_->fail(e);
         throw e;
       }
-      flushed_[d].push_back(&q);
     };
     if (pending_.size() == 1) {
       for (const auto& g : pending_[0].plan->submits[d][pending_[0].parity].groups) submit_to(c.queue(g.role), g.infos);
@@ -680,17 +692,18 @@ class Communicator {
       for (std::size_t d = 0; d < n; ++d) {
         auto& c = ctx_[d];
         for (const auto& p : pending_)
-          for (const auto& g : p.plan->submits[d][p.parity].groups) {
-            const Queue* q = &c.queue(g.role);
-            if (std::find(flushed_[d].begin(), flushed_[d].end(), q) != flushed_[d].end()) continue;
+          for (const auto& g : p.plan->submits[d][p.parity].groups)
             for (std::size_t k = 0; k < g.infos.size(); ++k)
               for (std::uint32_t i = 0; i < g.infos[k].signalSemaphoreCount; ++i) {
                 const vk::Semaphore sem = g.infos[k].pSignalSemaphores[i];
+                const std::uint64_t value = g.timeline_infos[k].pSignalSemaphoreValues[i];
+                const auto& f = flushed_[d];
+                const auto reached = std::find_if(f.begin(), f.end(), [&](const auto& e) { return e.first == sem; });
+                if (reached != f.end() && value <= reached->second) continue;  // a batch on a queue signals it
                 auto it = std::find_if(owed.begin(), owed.end(), [&](const Owed& o) { return o.semaphore == sem; });
                 if (it == owed.end()) it = owed.insert(owed.end(), {c.device->handle(), sem, {}});
-                it->values.push_back(g.timeline_infos[k].pSignalSemaphoreValues[i]);
+                it->values.push_back(value);
               }
-          }
       }
       for (auto& o : owed) std::sort(o.values.begin(), o.values.end());
       const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
@@ -940,7 +953,9 @@ class Communicator {
   };
   std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
   std::vector<std::array<detail::MergedBatches, role_count>> gather_;  // by device, queue: flush()'s batches
-  std::vector<std::vector<const Queue*>> flushed_;  // by device: the queues this flush() has submitted to
+  // By device: each semaphore a batch of this flush() that reached a queue signals, with
+  // the highest value signalled (a queue's values rise in its order).
+  std::vector<std::vector<std::pair<vk::Semaphore, std::uint64_t>>> flushed_;
   std::vector<detail::DeviceContext> ctx_;
   std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;

@@ -56,6 +56,9 @@ constexpr std::string_view to_string(AlgoChoice a) {
   return "?";
 }
 
+// The most pieces ChunkedRing cuts a chunk into; max_pieces and lanes take 1 to this.
+inline constexpr std::uint32_t max_pieces_per_chunk = 64;
+
 struct Options {
   // Cross-device sync (runtime-selected communicator only): native = NativeImport,
   // proxy = ProxyBridge, auto = what the group's capabilities allow.
@@ -83,7 +86,10 @@ struct Options {
   // as many as give pieces of at least min_piece_wire_bytes on the wire, at most
   // max_pieces; copy engines need large copies to reach their bandwidth, and every piece
   // costs a semaphore hop, so a few large pieces beat many small ones (measured on H200:
-  // docs/PERFORMANCE.md). A nonzero piece_bytes fixes the f32 payload per piece instead.
+  // docs/PERFORMANCE.md). A nonzero piece_bytes fixes the f32 payload per piece instead,
+  // up to max_pieces_per_chunk pieces: a larger chunk is cut into that many, each larger
+  // than piece_bytes (thousands of small pieces a call made NVIDIA's driver lose the
+  // device: docs/design/submission-size.md).
   std::size_t piece_bytes = 0;
   std::size_t min_piece_wire_bytes = std::size_t{1} << 20;
   std::uint32_t max_pieces = 4;

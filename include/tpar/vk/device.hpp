@@ -7,6 +7,7 @@
 #include <tpar/vk/capabilities.hpp>
 #include <tpar/vk/kernels.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -48,9 +49,30 @@ class Queue {
     return f();
   }
 
-  vk::Result submit(std::span<const vk::SubmitInfo> batches, vk::Fence fence = {}) {
+  // The most batches one vkQueueSubmit carries. NVIDIA's driver (580) walks the batches
+  // of a submission that wait on signals not yet submitted recursively, one level per
+  // batch: 4,234 of them overflowed an 8 MiB stack inside vkQueueSubmit, 2,118 did not
+  // (docs/design/submission-size.md). A vkQueueSubmit costs about 2 us plus 0.45 us per
+  // batch there, so 64 per call costs nearly nothing where a list is longer.
+  static constexpr std::size_t max_batches_per_submit = 64;
+
+  // Submits `batches` in order, in vkQueueSubmit calls of at most max_batches_per_submit
+  // under one hold of the queue's lock (the queue's order is that of `batches`), `fence`
+  // with the last. On a failure, *reached (where given) is the number of batches that
+  // reached the queue before the call that failed; on success, batches.size().
+  vk::Result submit(std::span<const vk::SubmitInfo> batches, vk::Fence fence = {}, std::size_t* reached = nullptr) {
     return locked([&] {
-      return queue_.submit(static_cast<std::uint32_t>(batches.size()), batches.data(), fence);
+      std::size_t done = 0;
+      vk::Result r = vk::Result::eSuccess;
+      do {
+        const std::size_t take = std::min(batches.size() - done, max_batches_per_submit);
+        const bool last = done + take == batches.size();
+        r = queue_.submit(static_cast<std::uint32_t>(take), batches.data() + done, last ? fence : vk::Fence{});
+        if (r != vk::Result::eSuccess) break;
+        done += take;
+      } while (done < batches.size());
+      if (reached) *reached = done;
+      return r;
     });
   }
 
