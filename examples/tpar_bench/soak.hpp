@@ -67,12 +67,6 @@ class Soak {
       // a communicator is refused).
       const tpar::RelayGate gate = (*slots_[max_devices_].group).relay_gate();
       if (!gate.possible) std::erase(algos_, tpar::AlgoChoice::relay);
-      // A GPU's queue would wait for the host's sum, which NVIDIA's driver 580 crashed
-      // under (docs/relay.md); --algo relay still runs it.
-      else if (gate.gpu_queue_waits) {
-        std::erase(algos_, tpar::AlgoChoice::relay);
-        std::fprintf(stderr, "%s: soak: the relay is left out (%s; --algo relay runs it)\n", program.c_str(), gate.reason.c_str());
-      }
     }
     if (cfg.has("--wire")) wires_ = cfg.wires;
     else {

@@ -255,8 +255,9 @@ struct RelayGate {
   std::string reason;      // one sentence a user can read
   // Bit d: device d's queue waits for the sum, not its kernel (see relay_gate).
   std::uint32_t queue_waits = 0;
-  // Some such device is a GPU: correct, but for tests, not for use (NVIDIA's driver 580
-  // crashed in vkQueueSubmit with many such calls queued).
+  // Some such device is a GPU: correct (tested on one H200 opened as several devices),
+  // but not chosen automatically: its queue's wait is one more hop than a kernel's poll,
+  // and it has not been measured against OneShot on distinct GPUs.
   bool gpu_queue_waits = false;
 };
 
@@ -311,7 +312,7 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<
     return gate;
   }
   if (gate.gpu_queue_waits) {
-    gate.reason = clock_why + ", so its wait for the sum would be the queue's, which NVIDIA's driver 580 crashed under; "
+    gate.reason = clock_why + ", so its wait for the sum would be the queue's, which is not measured against OneShot; "
                               "the relay runs only when asked for (TPAR_ALGO=relay)";
     return gate;
   }
