@@ -270,12 +270,14 @@ inline Config parse(int argc, char** argv) {
                                            std::to_string(tpar::wire_block * sizeof(float)));
     } else if (a == "--max-pieces") {
       c.max_pieces = tpar_cli::parse_number<std::uint32_t>(program, a, value());
-      if (c.max_pieces < 1 || c.max_pieces > 64) tpar_cli::usage_error(program, "--max-pieces takes 1 to 64");
+      if (c.max_pieces < 1 || c.max_pieces > tpar::max_pieces_per_chunk)
+        tpar_cli::usage_error(program, "--max-pieces takes 1 to " + std::to_string(tpar::max_pieces_per_chunk));
     } else if (a == "--link-window") {
       c.link_window = parse_payload(a, value());
     } else if (a == "--lanes") {
       c.lanes = tpar_cli::parse_number<std::uint32_t>(program, a, value());
-      if (c.lanes < 1 || c.lanes > 64) tpar_cli::usage_error(program, "--lanes takes 1 to 64");
+      if (c.lanes < 1 || c.lanes > tpar::max_pieces_per_chunk)
+        tpar_cli::usage_error(program, "--lanes takes 1 to " + std::to_string(tpar::max_pieces_per_chunk));
     } else if (a == "--downloads") {
       const std::string_view v = value();
       if (v == "compute") c.downloads = tpar::DownloadQueue::compute;

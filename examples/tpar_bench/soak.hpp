@@ -65,8 +65,7 @@ class Soak {
       algos_.insert(algos_.end(), std::begin(algo_choices), std::end(algo_choices));
       // The relay only where every device has the memory it needs (asked for elsewhere,
       // a communicator is refused).
-      const tpar::RelayGate gate = (*slots_[max_devices_].group).relay_gate();
-      if (!gate.possible) std::erase(algos_, tpar::AlgoChoice::relay);
+      if (!(*slots_[max_devices_].group).relay_gate().possible) std::erase(algos_, tpar::AlgoChoice::relay);
     }
     if (cfg.has("--wire")) wires_ = cfg.wires;
     else {

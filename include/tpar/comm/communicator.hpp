@@ -632,17 +632,7 @@ class Communicator {
       if (infos.empty()) return;
       std::size_t reached = 0;
       const vk::Result r = q.submit(infos, {}, &reached);
-      // What reached the queue (all of it, or the vkQueueSubmit calls before the one that
-      // failed) signals its values: abandon_pending() must not signal those from the host.
-      for (const auto& info : infos.first(reached)) {
-        const auto& ti = *static_cast<const vk::TimelineSemaphoreSubmitInfo*>(info.pNext);
-        for (std::uint32_t k = 0; k < info.signalSemaphoreCount; ++k) {
-          auto& f = flushed_[d];
-          auto it = std::find_if(f.begin(), f.end(), [&](const auto& e) { return e.first == info.pSignalSemaphores[k]; });
-          if (it == f.end()) f.emplace_back(info.pSignalSemaphores[k], ti.pSignalSemaphoreValues[k]);
-          else it->second = std::max(it->second, ti.pSignalSemaphoreValues[k]);
-        }
-      }
+      flushed_[d].push_back({infos, reached});
       if (r != vk::Result::eSuccess) {
         const Error e(detail::code_for(r), "vkQueueSubmit on device " + std::to_string(d) + ": " + vk::to_string(r), r);
         health_->fail(e);
@@ -691,15 +681,26 @@ class Communicator {
       std::vector<Owed> owed;
       for (std::size_t d = 0; d < n; ++d) {
         auto& c = ctx_[d];
+        // Each semaphore the batches that reached this device's queues signal, with the
+        // highest value (a queue's values rise in its order): those the GPU signals.
+        std::vector<std::pair<vk::Semaphore, std::uint64_t>> on_gpu;
+        for (const auto& f : flushed_[d])
+          for (const auto& info : f.infos.first(f.reached)) {
+            const auto& ti = *static_cast<const vk::TimelineSemaphoreSubmitInfo*>(info.pNext);
+            for (std::uint32_t k = 0; k < info.signalSemaphoreCount; ++k) {
+              auto it = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const auto& e) { return e.first == info.pSignalSemaphores[k]; });
+              if (it == on_gpu.end()) on_gpu.emplace_back(info.pSignalSemaphores[k], ti.pSignalSemaphoreValues[k]);
+              else it->second = std::max(it->second, ti.pSignalSemaphoreValues[k]);
+            }
+          }
         for (const auto& p : pending_)
           for (const auto& g : p.plan->submits[d][p.parity].groups)
             for (std::size_t k = 0; k < g.infos.size(); ++k)
               for (std::uint32_t i = 0; i < g.infos[k].signalSemaphoreCount; ++i) {
                 const vk::Semaphore sem = g.infos[k].pSignalSemaphores[i];
                 const std::uint64_t value = g.timeline_infos[k].pSignalSemaphoreValues[i];
-                const auto& f = flushed_[d];
-                const auto reached = std::find_if(f.begin(), f.end(), [&](const auto& e) { return e.first == sem; });
-                if (reached != f.end() && value <= reached->second) continue;  // a batch on a queue signals it
+                const auto gpu = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const auto& e) { return e.first == sem; });
+                if (gpu != on_gpu.end() && value <= gpu->second) continue;  // a batch on a queue signals it
                 auto it = std::find_if(owed.begin(), owed.end(), [&](const Owed& o) { return o.semaphore == sem; });
                 if (it == owed.end()) it = owed.insert(owed.end(), {c.device->handle(), sem, {}});
                 it->values.push_back(value);
@@ -953,9 +954,14 @@ class Communicator {
   };
   std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
   std::vector<std::array<detail::MergedBatches, role_count>> gather_;  // by device, queue: flush()'s batches
-  // By device: each semaphore a batch of this flush() that reached a queue signals, with
-  // the highest value signalled (a queue's values rise in its order).
-  std::vector<std::vector<std::pair<vk::Semaphore, std::uint64_t>>> flushed_;
+  // By device: the batches this flush() handed each queue, and how many of them reached
+  // it (all, or those before a vkQueueSubmit that failed), for abandon_pending(). The
+  // batches are the plan's or gather_'s, valid until the flush returns.
+  struct Flushed {
+    std::span<const vk::SubmitInfo> infos;
+    std::size_t reached = 0;
+  };
+  std::vector<std::vector<Flushed>> flushed_;
   std::vector<detail::DeviceContext> ctx_;
   std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;

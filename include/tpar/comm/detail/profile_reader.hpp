@@ -43,10 +43,10 @@ CallProfile read_profile(const DeviceGroup& group, const Plan& plan, std::uint32
     const auto& batches = plan.schedule.devices[d].batches;
     const auto& sub = plan.submits[d][parity];
     out.devices[d].resize(batches.size());
-    std::vector<std::uint64_t> raw(2 * batches.size(), 0);
-    std::vector<std::uint64_t> avail(2 * batches.size() * 2, 0);
+    const auto queries = static_cast<std::uint32_t>(2 * batches.size());  // a start and an end per batch
+    std::vector<std::uint64_t> avail(2 * std::size_t{queries}, 0);            // each: value, availability
     if (sub.timestamps)
-      (void)group[d].handle().getQueryPoolResults(sub.timestamps, 0, static_cast<std::uint32_t>(raw.size()),
+      (void)group[d].handle().getQueryPoolResults(sub.timestamps, 0, queries,
                                                    avail.size() * sizeof(std::uint64_t), avail.data(), 2 * sizeof(std::uint64_t),
                                                    vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWithAvailability);
     const double period = group[d].capabilities().timestamp_period_ns / 1e3;
