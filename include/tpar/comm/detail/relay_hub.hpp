@@ -67,6 +67,20 @@ inline void relay_store_fence() {
 #endif
 }
 
+// One 4-byte store into a slot: a plain store, never a locked instruction. On x86 a
+// sequentially consistent store is an `xchg`, which on a BAR mapping (uncached or
+// write-combined memory) takes a bus lock: on an H200 host that made every call's stamp
+// cost 26-186 us of the calling thread (docs/design/relay-floor.md). Ordering comes from
+// relay_store_fence() around it.
+inline void relay_store_word(std::uint32_t* word, std::uint32_t value) {
+  std::atomic_ref<std::uint32_t>(*word).store(value, std::memory_order_relaxed);
+}
+
+// One published unit (a value and its stamp) in one 8-byte load.
+inline std::uint64_t relay_load_unit(const std::uint64_t* unit) {
+  return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(unit)).load(std::memory_order_relaxed);
+}
+
 inline void relay_cpu_relax() {
 #ifdef TPAR_RELAY_X86
   _mm_pause();
@@ -215,7 +229,7 @@ class RelayHub {
     std::uint64_t sequence = next_sequence_++;
     if (static_cast<std::uint32_t>(sequence) == 0) sequence = next_sequence_++;  // stamp 0 means "never written"
     const auto stamp = static_cast<std::uint32_t>(sequence);
-    for (std::size_t d = 0; d < n_; ++d) std::atomic_ref<std::uint32_t>(slot_words(d, parity)[relay_layout::seq]).store(stamp);
+    for (std::size_t d = 0; d < n_; ++d) relay_store_word(&slot_words(d, parity)[relay_layout::seq], stamp);
     relay_store_fence();
     std::lock_guard lock(mutex_);
     recorded_.push_back({sequence, stamp, parity, count, contributing, {}});
@@ -263,7 +277,7 @@ class RelayHub {
     }
     for (std::size_t d = 0; d < n_; ++d)
       for (std::uint32_t p = 0; p < config_.depth; ++p)
-        std::atomic_ref<std::uint32_t>(slot_words(d, p)[relay_layout::abort]).store(1);
+        relay_store_word(&slot_words(d, p)[relay_layout::abort], 1);
     relay_store_fence();
     for (auto s : release_now) release_queues(s);
   }
@@ -398,29 +412,23 @@ class RelayHub {
       bool first = true;
       for (std::size_t d = 0; d < n_; ++d) {
         if (!contributes(d)) continue;
-        std::uint64_t* units = publish_units(d, c.parity) + base;
-        const auto stamp_of = [&](std::size_t i) {
-          return static_cast<std::uint32_t>(std::atomic_ref<std::uint64_t>(units[i]).load(std::memory_order_relaxed) >> 32);
-        };
-        for (;;) {
-          std::uint32_t stale = 0;
-          for (std::size_t i = 0; i < m; ++i) {
-            const std::uint64_t u = std::atomic_ref<std::uint64_t>(units[i]).load(std::memory_order_relaxed);
-            stale |= static_cast<std::uint32_t>(u >> 32) ^ c.stamp;
-            values[i] = std::bit_cast<float>(static_cast<std::uint32_t>(u));
+        // One pass: each value is read until it carries the call's stamp, then kept (a
+        // value a device wrote stays until its next call, which needs this one's sum).
+        const std::uint64_t* units = publish_units(d, c.parity) + base;
+        for (std::size_t i = 0; i < m; ++i) {
+          std::uint64_t u = relay_load_unit(units + i);
+          if (static_cast<std::uint32_t>(u >> 32) != c.stamp) {
+            do {
+              if (!backoff.step(deadline, quit_)) {
+                why = "device " + std::to_string(d) + " did not publish value " + std::to_string(base + i) + " of " +
+                      std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
+                return false;
+              }
+              u = relay_load_unit(units + i);
+            } while (static_cast<std::uint32_t>(u >> 32) != c.stamp);
+            backoff.progress();
           }
-          if (!stale) break;
-          // Wait on the first value not there yet, then read the chunk again.
-          std::size_t late = 0;
-          while (late < m && stamp_of(late) == c.stamp) ++late;
-          if (late == m) continue;  // it came meanwhile
-          while (stamp_of(late) != c.stamp)
-            if (!backoff.step(deadline, quit_)) {
-              why = "device " + std::to_string(d) + " did not publish value " + std::to_string(base + late) + " of " +
-                    std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
-              return false;
-            }
-          backoff.progress();
+          values[i] = std::bit_cast<float>(static_cast<std::uint32_t>(u));
         }
         // Each value came in one 8-byte load with its stamp: nothing else needs ordering.
         if (first) std::copy_n(values, m, acc);
@@ -445,7 +453,7 @@ class RelayHub {
     served_.fetch_add(1, std::memory_order_acq_rel);  // before any device can finish the call
     relay_store_fence();
     for (std::size_t d = 0; d < n_; ++d)
-      std::atomic_ref<std::uint32_t>(slot_words(d, c.parity)[relay_layout::flag]).store(c.stamp, std::memory_order_release);
+      relay_store_word(&slot_words(d, c.parity)[relay_layout::flag], c.stamp);
     relay_store_fence();
     const auto written = std::chrono::steady_clock::now();
     arriving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(arrived - c.handed).count(),
