@@ -58,10 +58,12 @@ inline constexpr std::size_t header_bytes = 256;                          // bef
 }  // namespace relay_layout
 
 // Makes the stores before it (also to write-combined memory, as a BAR mapping usually is)
-// visible before the stores after it.
+// visible before the stores after it; the compiler moves no memory access across it.
 inline void relay_store_fence() {
 #ifdef TPAR_RELAY_X86
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   _mm_sfence();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
 #else
   std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
@@ -70,7 +72,7 @@ inline void relay_store_fence() {
 // One 4-byte store into a slot: a plain store, never a locked instruction. On x86 a
 // sequentially consistent store is an `xchg`, which on a BAR mapping (uncached or
 // write-combined memory) takes a bus lock: on an H200 host that made every call's stamp
-// cost 26-186 us of the calling thread (docs/design/relay-floor.md). Ordering comes from
+// cost 26-187 us of the calling thread (docs/design/relay-floor.md). Ordering comes from
 // relay_store_fence() around it.
 inline void relay_store_word(std::uint32_t* word, std::uint32_t value) {
   std::atomic_ref<std::uint32_t>(*word).store(value, std::memory_order_relaxed);
