@@ -2,7 +2,8 @@
 // (one GPU opened N times, or N GPUs), sets up what --mode says, lets it settle, then
 // reads every thread's CPU time and voluntary context switches (its wake-ups) from
 // /proc/self/task over --seconds, and prints them per thread, with the owner: the main
-// thread, tpar's own threads (named tpar-*), or the driver's (everything else).
+// thread, tpar's own threads (tpar-bridge-J, tpar-relay), or the driver's (everything
+// else, the driver's threads that took the process's name "tpar-idle-cpu" included).
 //
 //   devices     the VkDevices alone, as a DeviceGroup opens them: the driver's baseline
 //   semaphores  + what NativeImport holds, without a communicator: per device an
@@ -95,7 +96,7 @@ std::map<int, ThreadSample> sample_threads() {
 // named carries the program's name, and here only the driver starts such threads.
 std::string owner(int tid, const std::string& name) {
   if (tid == ::getpid()) return "main";
-  if (name.rfind("tpar-bridge", 0) == 0) return "tpar";
+  if (name.rfind("tpar-bridge", 0) == 0 || name.rfind("tpar-relay", 0) == 0) return "tpar";
   return "driver";
 }
 

@@ -353,6 +353,10 @@ class RelayHub {
   };
 
   void run() {
+#if defined(__linux__)
+    // "tpar-relay", so that tools (top -H, tpar-idle-cpu) tell it from the driver's threads.
+    (void)::pthread_setname_np(::pthread_self(), "tpar-relay");
+#endif
     std::unique_lock lock(mutex_);
     for (;;) {
       if (ready_.empty() && !stop_) {
