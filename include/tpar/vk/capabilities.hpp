@@ -251,7 +251,9 @@ inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<co
 // Whether a group can use the relay (algo/relay.hpp), and whether the automatic choice may.
 struct RelayGate {
   bool possible = false;   // every device has the memory the relay needs: TPAR_ALGO=relay runs it
-  bool automatic = false;  // and its kernels wait for the sum on distinct GPUs: chosen by size
+  // And the automatic choice takes it by size. Never, for now: on two H200s (2026-11-24)
+  // it beat OneShot only at 4 KiB, and on one of two machines.
+  bool automatic = false;
   std::string reason;      // one sentence a user can read
   // Bit d: device d's queue waits for the sum, not its kernel (see relay_gate).
   std::uint32_t queue_waits = 0;
@@ -316,9 +318,14 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<
                               "the relay runs only when asked for (TPAR_ALGO=relay)";
     return gate;
   }
-  gate.automatic = true;
+  // Where it could wait in its kernels on distinct GPUs, measurement decides: on two H200s
+  // (2026-11-24, docs/design/relay-two-gpus.md), one call per submission, a 16 KiB relay
+  // call took 36.6-74.7 us against OneShot's 32.1-55.6 in three runs; only at 4 KiB, on
+  // one of the two machines, was it faster. So the automatic choice keeps OneShot, and the
+  // relay runs when asked for.
   gate.reason = "every device maps device-local memory to the host and the devices are distinct physical devices, so the "
-                "relay takes the small calls (up to Options::relay_max_bytes)";
+                "relay can run (TPAR_ALGO=relay); it is not chosen by itself, as on two H200s it was slower than OneShot "
+                "(16 KiB: 36.6-74.7 against 32.1-55.6 us in three runs, one call per submission)";
   return gate;
 }
 
