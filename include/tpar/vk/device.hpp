@@ -6,8 +6,10 @@
 #include <tpar/detail/dispatch.hpp>
 #include <tpar/vk/capabilities.hpp>
 #include <tpar/vk/kernels.hpp>
+#include <tpar/vk/trace.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -34,6 +36,13 @@ class Queue {
   std::uint32_t family() const { return family_; }
   std::uint32_t index() const { return index_; }
 
+  // The queue's lock, for another submitter of the same VkQueue (a tpar::Stream over a
+  // device tpar created): the host's hooks where it gave them, else tpar's own mutex.
+  QueueLock shared_lock() {
+    if (hooks_.lock) return hooks_;
+    return {[this] { own_.lock(); }, [this] { own_.unlock(); }};
+  }
+
   // Runs f() with the queue locked.
   template <class F>
   decltype(auto) locked(F&& f) {
@@ -59,21 +68,58 @@ class Queue {
   // Submits `batches` in order, in vkQueueSubmit calls of at most max_batches_per_submit
   // under one hold of the queue's lock (the queue's order is that of `batches`), `fence`
   // with the last. On a failure, *reached (where given) is the number of batches that
-  // reached the queue before the call that failed; on success, batches.size().
+  // reached the queue before the call that failed; on success, batches.size(). Inside a
+  // trace window (vk/trace.hpp) every command buffer is timed.
   vk::Result submit(std::span<const vk::SubmitInfo> batches, vk::Fence fence = {}, std::size_t* reached = nullptr) {
     return locked([&] {
+      auto span = Trace::instance().span("vkQueueSubmit", trace_device_);
+      Trace::Storage stamped;
+      const std::span<const vk::SubmitInfo> infos = Trace::instance().stamp(queue_, batches, stamped);
       std::size_t done = 0;
       vk::Result r = vk::Result::eSuccess;
       do {
-        const std::size_t take = std::min(batches.size() - done, max_batches_per_submit);
-        const bool last = done + take == batches.size();
-        r = queue_.submit(static_cast<std::uint32_t>(take), batches.data() + done, last ? fence : vk::Fence{});
+        const std::size_t take = std::min(infos.size() - done, max_batches_per_submit);
+        const bool last = done + take == infos.size();
+        r = queue_.submit(static_cast<std::uint32_t>(take), infos.data() + done, last ? fence : vk::Fence{});
         if (r != vk::Result::eSuccess) break;
+        std::uint64_t waits = 0;
+        for (std::size_t i = done; i < done + take; ++i) waits += infos[i].waitSemaphoreCount;
+        submits_.fetch_add(1, std::memory_order_relaxed);
+        batches_.fetch_add(take, std::memory_order_relaxed);
+        waits_.fetch_add(waits, std::memory_order_relaxed);
         done += take;
-      } while (done < batches.size());
+      } while (done < infos.size());
       if (reached) *reached = done;
       return r;
     });
+  }
+
+  // What went through submit() so far: vkQueueSubmit calls, batches (VkSubmitInfos) and
+  // semaphore waits among them (for reports: what a call or a step costs the driver).
+  struct Counts {
+    std::uint64_t submits = 0, batches = 0, waits = 0;
+  };
+  Counts counts() const {
+    return {submits_.load(std::memory_order_relaxed), batches_.load(std::memory_order_relaxed),
+            waits_.load(std::memory_order_relaxed)};
+  }
+
+  // Times this queue's work inside trace windows, naming its device `info.name` there
+  // (a no-op unless TPAR_TRACE is set). `device` numbers the host spans of its submissions.
+  void trace_as(TraceQueue info, int device) {
+    trace_device_ = device;
+    info.queue = queue_;
+    info.family = family_;
+    if (!info.submit)
+      info.submit = [this](std::span<const vk::SubmitInfo> b, vk::Fence f) {
+        return locked([&] { return queue_.submit(static_cast<std::uint32_t>(b.size()), b.data(), f); });
+      };
+    traced_ = Trace::instance().attach(info);
+  }
+  // Before the device goes: its timestamps go first.
+  void untrace() {
+    if (traced_) Trace::instance().detach(queue_);
+    traced_ = false;
   }
 
  private:
@@ -82,6 +128,9 @@ class Queue {
   std::uint32_t index_;
   QueueLock hooks_;
   std::mutex own_;
+  int trace_device_ = -1;
+  bool traced_ = false;
+  std::atomic<std::uint64_t> submits_{0}, batches_{0}, waits_{0};
 };
 
 // What a VkDevice has enabled, as far as tpar cares.
@@ -138,10 +187,29 @@ class Device {
     if (init.transfer_queue && init.second_transfer_queue)
       second_transfer_ = std::make_unique<Queue>(init.second_transfer_queue, init.transfer_family, init.transfer_index + 1);
     fns_.load(device_, enabled_.external_memory_host, enabled_.external_semaphore_fd, enabled_.calibrated_timestamps);
+    if (Trace::instance().enabled()) {
+      auto traced = [&](Queue& q) {
+        TraceQueue t;
+        t.device = device_;
+        const auto& families = caps_.queue_families;
+        const bool computes = q.family() < families.size() &&
+                              (families[q.family()].queueFlags & (vk::QueueFlagBits::eCompute | vk::QueueFlagBits::eGraphics));
+        t.timestamp_bits = computes ? families[q.family()].timestampValidBits : 0;  // (see TraceQueue)
+        t.period_ns = caps_.timestamp_period_ns;
+        t.calibrate = fns_.get_calibrated_timestamps;
+        t.name = "device " + std::to_string(index_);
+        q.trace_as(std::move(t), static_cast<int>(index_));
+      };
+      traced(*compute_);
+      if (transfer_) traced(*transfer_);
+      if (second_transfer_) traced(*second_transfer_);
+    }
   }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
   ~Device() {
+    for (Queue* q : {compute_.get(), transfer_.get(), second_transfer_.get()})
+      if (q) q->untrace();
     kernels_.reset();
     // Everything tpar submitted was retired by the communicators that submitted it (or
     // deliberately leaked with this device); an owned device is idle here.
