@@ -12,6 +12,7 @@
 #include <tpar/vk/device.hpp>
 #include <tpar/vk/device_group.hpp>
 #include <tpar/vk/kernels.hpp>
+#include <tpar/vk/trace.hpp>
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
 #include <tpar/sync/concepts.hpp>
@@ -27,6 +28,7 @@
 #include <tpar/comm/any_communicator.hpp>
 #include <tpar/comm/communicator.hpp>
 #include <tpar/comm/profile.hpp>
+#include <tpar/comm/stream.hpp>
 #include <tpar/comm/ticket.hpp>
 #include <tpar/plan/granularity.hpp>
 #include <tpar/plan/layer_rotation.hpp>

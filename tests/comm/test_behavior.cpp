@@ -60,7 +60,7 @@ int run_in_flight(VkEnv& env, Communicator<TrackedProxyBridge>& comm, const std:
     inputs.push_back(integer_inputs(n, counts[k], seed + k));
     rigs.back()->write(inputs.back());
     tickets.push_back(comm.allreduce(rigs.back()->spans(), {.defer = defer}));
-    if (defer) REQUIRE(comm.deferred() <= comm.options().depth);
+    if (defer) REQUIRE(comm.deferred() <= comm.in_flight());
   }
   int checked = 0;
   for (std::size_t k = 0; k < counts.size(); ++k) {
@@ -106,9 +106,10 @@ TEST_CASE("devices that contribute nothing count as zeros and still receive the 
 TEST_CASE("1000 calls of varying size, several in flight: every result right, staging grows and shrinks") {
   VkEnv env(3, {.sync_validation = false});  // see the top of this file
   if (!env.ok()) return;
-  Options o = test_opts();
-  Communicator<TrackedProxyBridge> comm(env.group(), o);
   constexpr int in_flight = 4;
+  Options o = test_opts();
+  o.depth = in_flight;  // a fixed count of slot sets: the staging then follows the call size alone
+  Communicator<TrackedProxyBridge> comm(env.group(), o);
   const std::size_t small = 4096, medium = 70000, large = 1 << 20;
   std::uint64_t peak = 0, after_large = 0;
   int checked = 0;
@@ -126,6 +127,29 @@ TEST_CASE("1000 calls of varying size, several in flight: every result right, st
                                 << comm.staging_bytes());
   CHECK(after_large == peak);
   CHECK(comm.staging_bytes() * 4 < peak);  // shrank once small calls were all it saw
+}
+
+TEST_CASE("slot sets sized by bytes: a decode step's calls in flight at once, prefill's within the same staging") {
+  VkEnv env(2, {.sync_validation = false});
+  if (!env.ok()) return;
+  Options o = test_opts();  // depth 0: sized by staging_in_flight (8 MiB per device)
+  Communicator<TrackedProxyBridge> comm(env.group(), o);
+  CHECK(code_of([&] {
+          Options bad = test_opts();
+          bad.depth = max_depth + 1;
+          Communicator<TrackedProxyBridge> c(env.group(), bad);
+        }) == ErrorCode::invalid_argument);
+  for (std::size_t count : {std::size_t{4096}, std::size_t{1} << 20, std::size_t{4096}}) {
+    CAPTURE(count);
+    // Enough calls for the staging to follow the size (it shrinks after 64 smaller ones).
+    for (int i = 0; i < 70; ++i) REQUIRE(run_in_flight(env, comm, {count}, static_cast<std::uint64_t>(i)) == 1);
+    const std::uint32_t sets = comm.in_flight();
+    MESSAGE(count * 4 << " bytes: " << sets << " calls in flight, " << comm.staging_bytes() << " bytes of host staging");
+    if (count == 4096) CHECK(sets == max_depth);  // 16 KiB: 64 KiB slots, 128 of them
+    else CHECK(sets == 2);                         // 4 MiB: 5 MiB slots, 2 of them
+    // Each device's staging (imported by both) stays near staging_in_flight, or two calls.
+    CHECK(comm.staging_bytes() <= 2 * std::max<std::uint64_t>(o.staging_in_flight + (1 << 20), 2 * (count * 4 * 5 / 4 + (1 << 20))));
+  }
 }
 
 TEST_CASE("ring calls with downloads as batches of their own, several in flight: every result right") {

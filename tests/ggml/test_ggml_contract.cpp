@@ -46,6 +46,7 @@ struct ShortTimeoutTraits : Traits {
   static tpar::Options options() {
     tpar::Options o;
     o.timeout = 1s;
+    o.depth = 2;  // two calls in flight: the third waits for a slot set
     return o;
   }
 };

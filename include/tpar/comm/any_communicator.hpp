@@ -24,11 +24,19 @@ class AnyCommunicator {
   // Submits the deferred calls (AllreduceArgs::defer); see Communicator::flush.
   void flush() { impl_->flush(); }
   std::size_t deferred() const { return impl_->deferred(); }
+  // See Communicator::take_pending, handed, set_before_wait (what tpar::Stream uses).
+  bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) {
+    return impl_->take_pending(out, leading, carry);
+  }
+  void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) { impl_->handed(out, reached, ok); }
+  void set_before_wait(std::function<void()> f) { impl_->set_before_wait(std::move(f)); }
+  const DeviceGroup& group() const { return impl_->group(); }
   std::size_t size() const { return impl_->size(); }
   SyncKind sync_kind() const { return impl_->sync_kind(); }
   const Options& options() const { return impl_->options(); }
   std::optional<Error> failure() const { return impl_->failure(); }
   std::uint64_t staging_bytes() const { return impl_->staging_bytes(); }
+  std::uint32_t in_flight() const { return impl_->in_flight(); }
   const CallInfo& last_call() const { return impl_->last_call(); }
   RelayStats relay_stats() const { return impl_->relay_stats(); }
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
@@ -50,11 +58,16 @@ class AnyCommunicator {
     virtual Ticket allreduce(std::span<const BufferSpan>, const AllreduceArgs&) = 0;
     virtual void flush() = 0;
     virtual std::size_t deferred() const = 0;
+    virtual bool take_pending(std::vector<detail::BatchList>&, std::vector<std::size_t>&, bool&) = 0;
+    virtual void handed(std::vector<detail::BatchList>&, std::span<const std::size_t>, bool) = 0;
+    virtual void set_before_wait(std::function<void()>) = 0;
+    virtual const DeviceGroup& group() const = 0;
     virtual std::size_t size() const = 0;
     virtual SyncKind sync_kind() const = 0;
     virtual const Options& options() const = 0;
     virtual std::optional<Error> failure() const = 0;
     virtual std::uint64_t staging_bytes() const = 0;
+    virtual std::uint32_t in_flight() const = 0;
     virtual const CallInfo& last_call() const = 0;
     virtual RelayStats relay_stats() const = 0;
     virtual ScheduleRequest schedule_request(std::size_t, std::optional<Wire>, std::uint32_t) const = 0;
@@ -66,11 +79,20 @@ class AnyCommunicator {
     Ticket allreduce(std::span<const BufferSpan> s, const AllreduceArgs& a) override { return comm.allreduce(s, a); }
     void flush() override { comm.flush(); }
     std::size_t deferred() const override { return comm.deferred(); }
+    bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) override {
+      return comm.take_pending(out, leading, carry);
+    }
+    void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) override {
+      comm.handed(out, reached, ok);
+    }
+    void set_before_wait(std::function<void()> f) override { comm.set_before_wait(std::move(f)); }
+    const DeviceGroup& group() const override { return comm.group(); }
     std::size_t size() const override { return comm.size(); }
     SyncKind sync_kind() const override { return Sync::kind; }
     const Options& options() const override { return comm.options(); }
     std::optional<Error> failure() const override { return comm.failure(); }
     std::uint64_t staging_bytes() const override { return comm.staging_bytes(); }
+    std::uint32_t in_flight() const override { return comm.in_flight(); }
     const CallInfo& last_call() const override { return comm.last_call(); }
     RelayStats relay_stats() const override { return comm.relay_stats(); }
     ScheduleRequest schedule_request(std::size_t c, std::optional<Wire> w, std::uint32_t m) const override {

@@ -40,6 +40,12 @@ struct AllreduceArgs {
   // points is submitted after the flush (queued ahead of tpar's batches on the same queue,
   // it would wait forever).
   bool defer = false;
+  // The ready points are signalled by work the caller submitted to each device's compute
+  // queue before this call's batches reach it (or no ready point is needed there): the
+  // call's batches on that queue follow it by submission order, with no semaphore wait;
+  // batches on other queues (ChunkedRing's copies) still wait on `ready`. A null ready
+  // point then means the caller's earlier work is all on the compute queue.
+  bool ready_on_compute_queue = false;
 };
 
 // What one call did, for reports (tpar-bench, logs). The relay carries f32 whatever wire

@@ -12,6 +12,7 @@
 #include <tpar/comm/ticket.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/options.hpp>
+#include <tpar/comm/detail/batch_list.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
 #include <tpar/comm/detail/merged_batches.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -45,8 +47,11 @@ class Communicator {
         health_(std::make_shared<detail::Health>()),
         deferral_(std::make_shared<detail::Deferral>()) {
     options_.validate_enums();
-    if (options_.depth < 1 || options_.depth > 8)
-      throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 1 to 8");
+    if (options_.depth > max_depth)
+      throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 0 (sized by " +
+                                                   "staging_in_flight) or 1 to " + std::to_string(max_depth));
+    if (!options_.depth && options_.staging_in_flight == 0)
+      throw Error(ErrorCode::invalid_argument, "staging_in_flight must be positive where depth is 0");
     const std::string up_to = "use 1 to " + std::to_string(max_pieces_per_chunk);
     if (options_.lanes < 1 || options_.lanes > max_pieces_per_chunk)
       throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options_.lanes) + " is out of range: " + up_to);
@@ -130,6 +135,8 @@ class Communicator {
 
   // Host staging this communicator holds now, in bytes (all devices).
   std::uint64_t staging_bytes() const { return generation_ ? generation_->host_bytes_total() : 0; }
+  // Calls that may be in flight now: the current staging's slot sets (Options::depth).
+  std::uint32_t in_flight() const { return generation_ ? generation_->depth() : 0; }
 
   // What the last call chose.
   const CallInfo& last_call() const { return last_call_; }
@@ -172,7 +179,14 @@ class Communicator {
     const ScheduleRequest rq = schedule_request(count, args.wire, mask);
     retire();
     PlanType& plan = plan_for(rq);
-    const auto parity = static_cast<std::uint32_t>(calls_ % options_.depth);
+    if (args.ready_on_compute_queue)
+      for (std::size_t d = 0; d < n; ++d)
+        if (!plan.schedule.devices[d].batches.empty() && plan.sole_queue[d] != &group_[d].compute_queue() &&
+            (args.ready.empty() || !args.ready[d].semaphore))
+          throw Error(ErrorCode::invalid_argument,
+                      std::string(plan.schedule.algorithm) + " runs batches on other queues than device " + std::to_string(d) +
+                          "'s compute queue: with ready_on_compute_queue, they need its ready point");
+    const auto parity = static_cast<std::uint32_t>(calls_ % plan.generation->depth());
     wait_for_slot_set(parity);
     for (std::size_t d = 0; d < n; ++d) {
       // The call's buffer into the parity's set, then (re)record what that needs: the
@@ -205,6 +219,10 @@ class Communicator {
   // Submits every deferred call, in call order: per device and queue, one vkQueueSubmit
   // for all of them. A no-op when none waits.
   void flush() {
+    if (before_wait_) {
+      before_wait_();  // what the host held of handed calls is on the queues now
+      if (pending_.empty()) deferral_->submitted_calls.store(calls_, std::memory_order_release);
+    }
     if (pending_.empty()) return;
     const std::size_t n = size();
     // Every device's share in one piece: another communicator of the group must not put
@@ -235,6 +253,107 @@ class Communicator {
 
   // Calls deferred and not yet submitted.
   std::size_t deferred() const { return pending_.size(); }
+
+  // Hands the deferred calls to the host's own submissions instead of submitting them
+  // (what tpar::Stream does at each AllReduce). Possible where every batch of every
+  // pending call runs on its device's compute queue (OneShot and the relay; not
+  // ChunkedRing's copies on a device with a transfer queue): then `out[d]` gets device
+  // d's batches, in order, `leading[d]` how many of them come before the first that
+  // waits on another device (or the relay's host thread), and true is returned. The host
+  // must then submit, on every device's compute queue, ahead of anything it submits there
+  // later, first the leading batches of every device (so no queue waits on a signal not
+  // yet submitted), then the rest; and call handed() once every device's leading part
+  // reached its queue. `carry` says whether the rest may wait for the host's next
+  // submission on its device: true where no device waits on another's rest (OneShot's
+  // sum, the relay's collect), so that holding one device's rest back cannot hold up
+  // another; false (ChunkedRing's steps wait on each other's) means every device's rest
+  // goes out at once, after every device's leading part. Otherwise false, and nothing
+  // changes (flush() submits them).
+  bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) {
+    const std::size_t n = size();
+    out.resize(n);
+    leading.assign(n, 0);
+    carry = true;
+    for (auto& l : out) l.clear();
+    if (pending_.empty()) return true;
+    for (const auto& p : pending_)
+      for (std::size_t d = 0; d < n; ++d)
+        for (const auto& g : p.plan->submits[d][p.parity].groups)
+          if (&ctx_[d].queue(g.role) != &group_[d].compute_queue()) return false;
+    for (std::size_t d = 0; d < n; ++d) {
+      const auto& c = ctx_[d];
+      const vk::Semaphore own[] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
+      bool waiting = false;
+      for (const auto& p : pending_)
+        for (const auto& g : p.plan->submits[d][p.parity].groups) {
+          out[d].append(g.infos);
+          for (const auto& info : g.infos) {
+            // A wait on the device's own timelines is on a value already submitted.
+            for (std::uint32_t k = 0; k < info.waitSemaphoreCount && !waiting; ++k)
+              waiting = std::find(std::begin(own), std::end(own), info.pWaitSemaphores[k]) == std::end(own);
+            if (!waiting) ++leading[d];
+          }
+        }
+    }
+    // One call (one queue a device, so its batches in schedule order): the rest may wait
+    // where no batch of a device's rest is what another device waits on.
+    if (pending_.size() != 1) {
+      carry = false;
+    } else {
+      const Schedule& sched = pending_[0].plan->schedule;
+      for (std::size_t d = 0; d < n && carry; ++d)
+        for (const Batch& b : sched.devices[d].batches)
+          for (const BatchRef& ref : b.waits) {
+            if (ref.device == d) continue;
+            const auto& theirs = sched.devices[ref.device].batches;
+            std::uint32_t seen = 0;
+            for (std::size_t i = 0; i < theirs.size(); ++i)
+              if (theirs[i].role == ref.role && seen++ == ref.index) {
+                if (i >= leading[ref.device]) carry = false;
+                break;
+              }
+          }
+    }
+    return true;
+  }
+
+  // The batches take_pending() handed out: `reached[d]` of device d's reached its queue
+  // (every device's leading part at least, where `ok`; what is missing the host holds, to
+  // submit with its next work). `ok` false: a submission failed, and the communicator
+  // fails: what reached a queue is released (as after a failed flush), and the host must
+  // drop the rest.
+  void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) {
+    if (pending_.empty()) return;
+    const std::size_t n = size();
+    if (!ok) {
+      for (auto& f : flushed_) f.clear();
+      for (std::size_t d = 0; d < n; ++d) flushed_[d].push_back({out[d].infos(false), d < reached.size() ? reached[d] : 0});
+      health_->fail(Error(ErrorCode::failed, "the host's submission carrying tpar's batches failed"));
+      abandon_pending();
+      pending_.clear();
+      if (relay_) relay_->abort();
+      return;
+    }
+    for (const auto& p : pending_)
+      for (std::size_t d = 0; d < n; ++d)
+        for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
+          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
+    std::uint64_t relay_calls = 0;
+    for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
+    if (relay_calls) relay_->submitted(relay_calls);
+    for (auto& c : ctx_) std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
+    pending_.clear();
+    // Where the host still holds batches of these calls, a ticket's wait must have them
+    // submitted first (flush() runs the host's hook): they count as submitted only then.
+    bool all_out = true;
+    for (std::size_t d = 0; d < n; ++d) all_out &= d < reached.size() && reached[d] == out[d].size();
+    if (all_out) deferral_->submitted_calls.store(calls_, std::memory_order_release);
+  }
+
+  // What runs before tpar submits deferred calls itself or waits on the host for its own
+  // work (a ticket's wait, a slot set still in use, destruction): tpar::Stream submits
+  // what it holds of earlier calls, so that nothing tpar waits for is still in its hands.
+  void set_before_wait(std::function<void()> f) { before_wait_ = std::move(f); }
 
   // The request a call of `count` values (wire override, contributing mask) schedules:
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
@@ -293,10 +412,13 @@ class Communicator {
     deferral_->flush = [](void* self) { static_cast<Communicator*>(self)->flush(); };
     gather_.resize(n);
     flushed_.resize(n);
-    pending_.reserve(options_.depth);
+    pending_.reserve(8);
     sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources), options_.timeout,
                                    [h = health_](const Error& e) { h->fail(e); });
-    slot_done_.assign(options_.depth, std::vector<std::uint64_t>(role_count * n, 0));
+    // By slot set, across generations: a set's index may be reused by a later generation
+    // (whose memory is new) but the relay's slots are the same memory whatever the
+    // generation, so a set waits for the last call of any generation that used its index.
+    slot_done_.assign(options_.max_slot_sets(), std::vector<std::uint64_t>(role_count * n, 0));
   }
 
   static bool is_relay(const PlanType& plan) { return plan.schedule.algorithm == Relay::name; }
@@ -336,7 +458,9 @@ class Communicator {
     std::vector<Ticket::DeviceWait> waits(size());
     for (std::size_t d = 0; d < size(); ++d) {
       auto& c = ctx_[d];
-      if (!args.ready.empty() && args.ready[d].semaphore) done[d] = args.ready[d];
+      // (A ready point in the compute queue's order may be signalled by nothing: the host
+      // signals it only for calls that need it. tpar's last point is as good there.)
+      if (!args.ready.empty() && args.ready[d].semaphore && !args.ready_on_compute_queue) done[d] = args.ready[d];
       else done[d] = {c.compute.handle(), c.submitted[0]};
       waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
     }
@@ -391,7 +515,8 @@ class Communicator {
     const auto host_cap = host_capacity_.update(host_need);
     const auto scratch_cap = scratch_capacity_.update(scratch_need);
     if (!generation_ || host_cap || scratch_cap) {
-      auto fresh = std::make_shared<Generation>(group_, host_capacity_.current(), options_.depth, scratch_capacity_.current());
+      auto fresh = std::make_shared<Generation>(group_, host_capacity_.current(), options_.depth_for(host_capacity_.current()),
+                                                scratch_capacity_.current());
       retire_generation();
       generation_ = std::move(fresh);
       it = plans_.end();
@@ -416,9 +541,10 @@ class Communicator {
     plan->schedule = std::move(schedule);
     plan->generation = generation_;
     plan->descriptor_pools.assign(n, nullptr);
-    plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(options_.depth));
+    const std::uint32_t sets = generation_->depth();
+    plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(sets));
     plan->submits.resize(n);
-    for (auto& s : plan->submits) s.resize(options_.depth);
+    for (auto& s : plan->submits) s.resize(sets);
     for (auto& use : plan->last_use) use.assign(n, 0);
     try {
       for (std::size_t d = 0; d < n; ++d) {
@@ -426,7 +552,7 @@ class Communicator {
         // One set per parity: binding 0 (the call's buffer) is written by every call, and
         // a parity's set is never in use then (its last call finished: wait_for_slot_set).
         const KernelSet& kernels = group_[d].kernels();
-        const auto depth = static_cast<std::uint32_t>(options_.depth);
+        const std::uint32_t depth = sets;
         vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, kernel_storage_buffers * depth);
         vk::DescriptorPoolCreateInfo pool_info({}, depth, 1, &pool_size);
         if (kernels.update_after_bind()) pool_info.flags = vk::DescriptorPoolCreateFlagBits::eUpdateAfterBind;
@@ -502,12 +628,18 @@ class Communicator {
     for (std::size_t d = 0; d < n && reached; ++d)
       for (std::size_t r = 0; r < role_count; ++r) reached &= ctx_[d].completed[r] >= need[r * n + d];
     if (reached) return;
-    const std::uint32_t ahead = std::max<std::uint32_t>(1, options_.depth / 2) - 1;
-    wait_values(slot_done_[(parity + ahead) % options_.depth], "the call that last used this staging slot set");
+    const std::uint32_t depth = generation_->depth();
+    const std::uint32_t ahead = std::max<std::uint32_t>(1, depth / 2) - 1;
+    auto span = Trace::instance().span("tpar slot wait");
+    wait_values(slot_done_[(parity + ahead) % depth], "the call that last used this staging slot set");
+    // The set itself: reached already where sets went round in order, not always across
+    // a change of generation (a set's index may have been used later than the one ahead).
+    wait_values(slot_done_[parity], "the call that last used this staging slot set");
   }
 
   void wait_values(const std::vector<std::uint64_t>& need, const std::string& what) {
     const std::size_t n = size();
+    if (before_wait_) before_wait_();
     // A value that only a deferred call signals: submit them first.
     for (std::size_t d = 0; d < n && !pending_.empty(); ++d)
       for (std::size_t r = 0; r < role_count; ++r)
@@ -556,7 +688,12 @@ class Communicator {
       // vkQueueSubmit costs more per wait (docs/PERFORMANCE.md).
       const Queue* sole = plan.sole_queue[d];
       const bool own_ordered = sole && c.sole_queue == sole;
-      for (auto& bw : sub.batch_waits) {
+      const auto& batches = plan.schedule.devices[d].batches;
+      for (std::size_t b = 0; b < sub.batch_waits.size(); ++b) {
+        auto& bw = sub.batch_waits[b];
+        // The caller's ready point in queue order on the compute queue: a batch there
+        // follows it (and tpar's previous call) by submission order and its leading barrier.
+        const bool queue_ordered = args.ready_on_compute_queue && (c.merged || queue_of(batches[b]) == Role::compute);
         std::uint32_t k = bw.first;
         for (std::uint32_t w = bw.first; w < bw.first + bw.count; ++w) {
           const auto& rule = sub.wait_rules[w];
@@ -564,6 +701,7 @@ class Communicator {
           std::uint64_t value = 0;
           switch (rule.kind) {
             case detail::WaitRule::Kind::ready:
+              if (queue_ordered) continue;
               if (!args.ready.empty() && args.ready[d].semaphore) {
                 semaphore = args.ready[d].semaphore;
                 value = args.ready[d].value;
@@ -609,7 +747,7 @@ class Communicator {
       const std::uint64_t compute_base = c.submitted[0];
       for (std::size_t r = 0; r < role_count; ++r) c.submitted[r] += plan.role_counts[d][r];
       if (plan.final_compute[d] != ~0u) done[d] = {c.compute.handle(), compute_base + plan.final_compute[d] + 1};
-      else if (!args.ready.empty() && args.ready[d].semaphore) done[d] = args.ready[d];
+      else if (!args.ready.empty() && args.ready[d].semaphore && !args.ready_on_compute_queue) done[d] = args.ready[d];
       else done[d] = {c.compute.handle(), compute_base};
       // Every download is followed by a compute batch that waits for it, so the ticket's
       // compute and upload points cover the downloads too.
@@ -877,6 +1015,13 @@ class Communicator {
 
   // Waits up to `timeout` for everything submitted to finish.
   bool drain(std::chrono::nanoseconds timeout) {
+    if (before_wait_) {
+      try {
+        before_wait_();
+      } catch (const std::exception& e) {
+        log(LogLevel::error, std::string("submitting what the host held of tpar's calls: ") + e.what());
+      }
+    }
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (auto& c : ctx_) {
       const vk::Semaphore sems[role_count] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
@@ -976,6 +1121,7 @@ class Communicator {
   CallInfo last_call_;
   PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())
   std::uint32_t last_parity_ = 0;
+  std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
 };
 
 }  // namespace tpar::inline v0

@@ -1,10 +1,11 @@
 // Options — what a communicator may choose for itself, and the environment overrides
-// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE) a user can set without recompiling the host.
+// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH) a user can set without recompiling the host.
 #pragma once
 
 #include <tpar/core/wire.hpp>
 #include <tpar/detail/known_enum.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +59,8 @@ constexpr std::string_view to_string(AlgoChoice a) {
 
 // The most pieces ChunkedRing cuts a chunk into; max_pieces and lanes take 1 to this.
 inline constexpr std::uint32_t max_pieces_per_chunk = 64;
+// The most calls a communicator keeps in flight (Options::depth).
+inline constexpr std::uint32_t max_depth = 128;
 
 struct Options {
   // Cross-device sync (runtime-selected communicator only): native = NativeImport,
@@ -95,21 +98,37 @@ struct Options {
   std::uint32_t max_pieces = 4;
   std::uint32_t lanes = 4;  // pieces a device keeps in flight
   DownloadQueue downloads = DownloadQueue::compute;
-  // Calls that may be in flight at once; each has its own host staging slots.
-  std::uint32_t depth = 2;
+  // Calls that may be in flight at once; each has its own host staging slots (and a call
+  // needing a slot set still in use waits on the host for it). 0, the default, sizes it
+  // by bytes: as many slot sets as staging_in_flight holds at the current call size, at
+  // least 2 and at most max_depth, so that decode-sized calls never wait for a slot within
+  // a step of a model's layers (a 16 KiB call's set takes 64 KiB: 128 fit), while prefill-
+  // sized ones do not pin hundreds of MiB. 1 to max_depth fixes it.
+  std::uint32_t depth = 0;
+  // Host staging per device for calls in flight when depth is 0.
+  std::size_t staging_in_flight = std::size_t{8} << 20;
   // Bound on every wait tpar makes (a ready point, a peer, the GPU draining on destroy).
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);
   // Record GPU timestamps around every batch, for Communicator::profile(). Costs a few
   // commands per batch; meant for tpar-bench --profile, not for production.
   bool profile = false;
 
+  // The slot sets a staging generation of `set_bytes` per call gets.
+  std::uint32_t depth_for(std::uint64_t set_bytes) const {
+    if (depth) return depth;
+    const std::uint64_t fit = staging_in_flight / std::max<std::uint64_t>(set_bytes, 1);
+    return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(fit, 2, max_depth));
+  }
+  // The most slot sets any generation gets (what the relay's slots are sized for).
+  std::uint32_t max_slot_sets() const { return depth ? depth : max_depth; }
+
   Wire wire_for(std::size_t payload_bytes) const {
     if (wire) return *wire;
     return payload_bytes >= bf16_min_bytes ? Wire::bf16 : Wire::f32;
   }
 
-  // These options with TPAR_SYNC, TPAR_ALGO and TPAR_WIRE applied where set. An unknown
-  // value throws an Error that lists the valid ones.
+  // These options with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE and TPAR_DEPTH applied where set.
+  // An unknown value throws an Error that lists the valid ones.
   Options with_environment() const;
 
   // Throws Error(invalid_argument) where an enum field holds a value no enumerator names
@@ -152,6 +171,18 @@ inline Options Options::with_environment() const {
     else if (s == "oneshot") o.algo = AlgoChoice::oneshot;
     else if (s == "relay") o.algo = AlgoChoice::relay;
     else detail::bad_env("TPAR_ALGO", s, "auto, ring, oneshot, relay");
+  }
+  if (const char* v = detail::env_value("TPAR_DEPTH")) {
+    const std::string_view s(v);
+    if (s == "auto") {
+      o.depth = 0;
+    } else {
+      char* end = nullptr;
+      const unsigned long d = std::strtoul(v, &end, 10);
+      if (*end || s.empty() || d < 1 || d > max_depth)
+        detail::bad_env("TPAR_DEPTH", s, "auto, or 1 to " + std::to_string(max_depth));
+      o.depth = static_cast<std::uint32_t>(d);
+    }
   }
   if (const char* v = detail::env_value("TPAR_WIRE")) {
     const std::string_view s(v);

@@ -11,6 +11,7 @@
 #include <tpar/core/timeline_point.hpp>
 #include <tpar/sync/schedule.hpp>
 #include <tpar/sync/timeline.hpp>
+#include <tpar/vk/trace.hpp>
 
 #include <algorithm>
 #include <array>
@@ -125,7 +126,10 @@ struct Plan {
         if (sub.command_buffers.empty()) continue;
         const auto& batches = schedule.devices[d].batches;
         for (std::size_t b = 0; b < batches.size(); ++b)
-          if (sub.command_buffers[b]) dev.freeCommandBuffers(ctx[d].pool(queue_of(batches[b])), 1, &sub.command_buffers[b]);
+          if (sub.command_buffers[b]) {
+            Trace::instance().unlabel(sub.command_buffers[b]);
+            dev.freeCommandBuffers(ctx[d].pool(queue_of(batches[b])), 1, &sub.command_buffers[b]);
+          }
       }
       if (descriptor_pools[d]) dev.destroyDescriptorPool(descriptor_pools[d]);
     }
@@ -219,8 +223,22 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
       }
     }
   }
+  // The device's last batch on its compute queue makes the call's writes available to
+  // whatever follows on that queue: a host that submits its next work there after the
+  // call (tpar::Stream, AllreduceArgs::ready_on_compute_queue) needs no semaphore wait.
+  const auto& device_batches = plan.schedule.devices[d].batches;
+  const bool last_on_compute = (c.merged || queue == Role::compute) &&
+                               std::none_of(device_batches.begin() + static_cast<std::ptrdiff_t>(b) + 1, device_batches.end(),
+                                            [&](const Batch& later) { return c.merged || queue_of(later) == Role::compute; });
+  if (last_on_compute) {
+    const vk::MemoryBarrier release(writes, vk::AccessFlagBits::eMemoryRead | vk::AccessFlagBits::eMemoryWrite);
+    cb.pipelineBarrier(stages, vk::PipelineStageFlagBits::eAllCommands, {}, 1, &release, 0, nullptr, 0, nullptr);
+  }
   if (stamp) cb.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, sub.timestamps, q + 1);
   check(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb), "vkEndCommandBuffer");
+  if (Trace::instance().enabled())
+    Trace::instance().label(cb, "tpar " + std::string(plan.schedule.algorithm) + " " + std::string(to_string(batch.role)) +
+                                    (batch.waits.empty() ? "" : " (waits on peers)"));
 }
 
 // Records `plan`'s batches of device `d` for `parity` into command buffers and builds

@@ -555,7 +555,7 @@ struct RelaySetup {
     const auto bound = std::max(2 * options.timeout, options.timeout + std::chrono::seconds(1));
     r.spin_bound_ms = static_cast<std::uint32_t>(
         std::min<std::int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(bound).count(), 0xFFFFFFFF));
-    r.config.depth = options.depth;
+    r.config.depth = options.max_slot_sets();
     r.config.max_bytes = options.relay_max_bytes;
     r.config.host_peers = options.relay_host_peers;
     r.config.timeout = options.timeout;

@@ -1,0 +1,256 @@
+// tpar::Stream and StreamAllreduce: the host's work and AllReduces in one ordered stream
+// per device, with no semaphore between the host's work and tpar's and no host wait. Each
+// step, every device's host work copies what its span holds (the last sum, as the step
+// sees it) into a history and writes the step's partial into the span; then the span is
+// summed. Every step's history must hold the exact sum of the step before, on every
+// device: tpar read each partial after the host wrote it, and the host read each sum
+// after tpar wrote it, with nothing but queue order between them.
+#include <doctest/doctest.h>
+#include <tpar/comm/any_communicator.hpp>
+#include <tpar/comm/stream.hpp>
+
+#include "support/numerics.hpp"
+#include "support/test_timeline.hpp"
+#include "support/vk_env.hpp"
+
+#include <memory>
+#include <vector>
+
+using namespace tpar;
+using namespace tpar_test;
+
+namespace {
+
+// One device's side of the chain: its span, the history of what each step saw, and the
+// command buffers of its host work.
+struct Side {
+  Device* dev;
+  std::unique_ptr<TestBuffer> span, history, partials;
+  vk::CommandPool pool;
+  std::vector<vk::CommandBuffer> cbs;
+  std::unique_ptr<Stream> stream;
+
+  Side(Device& d, std::size_t count, std::size_t steps) : dev(&d) {
+    span = std::make_unique<TestBuffer>(d, count * 4);
+    history = std::make_unique<TestBuffer>(d, count * 4 * steps);
+    partials = std::make_unique<TestBuffer>(d, count * 4 * steps);
+    vk::CommandPoolCreateInfo info({}, d.compute_queue().family());
+    REQUIRE(d.handle().createCommandPool(&info, nullptr, &pool) == vk::Result::eSuccess);
+    // The host shares tpar's queue: its lock is tpar's (here, tpar's own Queue's).
+    Queue& q = d.compute_queue();
+    stream = std::make_unique<Stream>(d.handle(), q.handle(), q.family(), q.shared_lock());
+  }
+  ~Side() {
+    stream.reset();
+    dev->handle().destroyCommandPool(pool);
+  }
+
+  // Step k's host work: history[k] <- span; span <- partials[k].
+  vk::CommandBuffer record(std::size_t k, std::size_t count) {
+    vk::CommandBuffer cb;
+    vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
+    REQUIRE(dev->handle().allocateCommandBuffers(&ai, &cb) == vk::Result::eSuccess);
+    vk::CommandBufferBeginInfo bi(vk::CommandBufferUsageFlagBits::eOneTimeSubmit);
+    REQUIRE(cb.begin(&bi) == vk::Result::eSuccess);
+    const std::size_t bytes = count * 4;
+    const vk::BufferCopy save(0, k * bytes, bytes);
+    cb.copyBuffer(span->handle(), history->handle(), 1, &save);
+    const vk::MemoryBarrier war(vk::AccessFlagBits::eTransferRead, vk::AccessFlagBits::eTransferWrite);
+    cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eTransfer, {}, 1, &war, 0, nullptr, 0, nullptr);
+    const vk::BufferCopy load(k * bytes, 0, bytes);
+    cb.copyBuffer(partials->handle(), span->handle(), 1, &load);
+    const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
+    cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0, nullptr, 0,
+                       nullptr);
+    REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb) == VK_SUCCESS);
+    cbs.push_back(cb);
+    return cb;
+  }
+};
+
+struct Chain {
+  std::size_t count, steps;
+  std::vector<std::unique_ptr<Side>> sides;
+  std::vector<std::vector<std::vector<float>>> inputs;  // [step][device]
+
+  Chain(DeviceGroup& group, std::size_t count_, std::size_t steps_, std::uint64_t seed) : count(count_), steps(steps_) {
+    for (std::size_t d = 0; d < group.size(); ++d) sides.push_back(std::make_unique<Side>(group[d], count, steps + 1));
+    for (std::size_t k = 0; k <= steps; ++k) {
+      inputs.push_back(integer_inputs(group.size(), count, seed + k));
+      for (std::size_t d = 0; d < group.size(); ++d) sides[d]->partials->write(k * count * 4, inputs[k][d]);
+    }
+  }
+  std::vector<Stream*> streams() {
+    std::vector<Stream*> s;
+    for (auto& side : sides) s.push_back(side->stream.get());
+    return s;
+  }
+  std::vector<BufferSpan> spans() const {
+    std::vector<BufferSpan> s;
+    for (auto& side : sides) s.push_back({side->span->handle(), 0, count, side->span->size()});
+    return s;
+  }
+  // Host work of step k on device d, through its stream (`gate`: a first wait).
+  void host_step(std::size_t d, std::size_t k, const TestTimeline* gate = nullptr) {
+    vk::CommandBuffer cb = sides[d]->record(k, count);
+    const std::uint64_t one = 1;
+    const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
+    vk::TimelineSemaphoreSubmitInfo ti(gate ? 1 : 0, &one, 0, nullptr);
+    vk::SubmitInfo si(gate ? 1 : 0, gate ? &gate->semaphore : nullptr, &stage, 1, &cb, 0, nullptr, &ti);
+    sides[d]->stream->submit({si});
+  }
+  // Every step k >= 1 saw the exact sum of step k - 1, on every device.
+  void check() {
+    for (std::size_t k = 1; k <= steps; ++k) {
+      CAPTURE(k);
+      const auto expect = integer_sum(inputs[k - 1]);
+      for (std::size_t d = 0; d < sides.size(); ++d) {
+        CAPTURE(d);
+        REQUIRE(bit_identical(sides[d]->history->read(k * count * 4, count), expect));
+      }
+    }
+  }
+};
+
+Options test_opts() {
+  Options o;
+  o.timeout = test_timeout;
+  return o;
+}
+
+// Runs `steps` steps and a last host step that saves the final sum.
+void run_chain(Chain& chain, StreamAllreduce<AnyCommunicator>& ar, const TestTimeline* gate = nullptr) {
+  const std::size_t n = chain.sides.size();
+  const auto spans = chain.spans();
+  Ticket last;
+  for (std::size_t k = 0; k < chain.steps; ++k) {
+    for (std::size_t d = 0; d < n; ++d) chain.host_step(d, k, k == 0 && d == 0 ? gate : nullptr);
+    last = ar.allreduce(spans);
+  }
+  for (std::size_t d = 0; d < n; ++d) chain.host_step(d, chain.steps);
+  if (gate) gate->signal(1);
+  ar.flush();
+  last.wait(test_timeout);
+  // The final host step runs after the last sum: wait for the queues to drain.
+  for (std::size_t d = 0; d < n; ++d) {
+    const vk::Device vkd = chain.sides[d]->dev->handle();
+    REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(vkd) == VK_SUCCESS);
+  }
+  chain.check();
+}
+
+}  // namespace
+
+TEST_CASE("streams: host work and AllReduces ordered by the queues alone, one submission per device per step") {
+  for (std::uint32_t n : {2u, 3u}) {
+    CAPTURE(n);
+    VkEnv env(n, {.sync_validation = n == 2});
+    if (!env.ok()) continue;
+    auto comm = make_communicator(env.group(), test_opts());
+    const std::size_t steps = 24;
+    Chain chain(env.group(), 4096, steps, 100 * n);
+    // What reached each device's queue: through its stream (the host's work and tpar's
+    // batches with it) and through tpar's own submissions (none expected).
+    auto counts = [&](std::size_t d) {
+      const auto a = chain.sides[d]->stream->queue().counts(), b = env.group()[d].compute_queue().counts();
+      return Queue::Counts{a.submits + b.submits, a.batches + b.batches, a.waits + b.waits};
+    };
+    std::vector<Queue::Counts> before;
+    for (std::size_t d = 0; d < n; ++d) before.push_back(counts(d));
+    {
+      StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+      run_chain(chain, ar);
+    }
+    CHECK(comm.last_call().algorithm == "oneshot");
+    for (std::size_t d = 0; d < n; ++d) {
+      CAPTURE(d);
+      const auto c = counts(d);
+      const auto submits = c.submits - before[d].submits, waits = c.waits - before[d].waits;
+      MESSAGE("device " << d << ": " << submits << " vkQueueSubmit and " << waits << " semaphore waits for " << steps << " steps");
+      // One per step, and at most two more: the last step's sums, and the final host step.
+      CHECK(submits >= steps);
+      CHECK(submits <= steps + 2);
+      // The only waits: each device's sum on its peers' published values (and the first
+      // call's on tpar's own timelines at 0, before it knows its queue's order).
+      CHECK(waits >= steps * (n - 1));
+      CHECK(waits <= steps * (n - 1) + 1);
+    }
+  }
+}
+
+TEST_CASE("streams: a whole chain is enqueued with no host wait, the GPUs held back until the end") {
+  // The first host step waits on a gate the test opens only after enqueuing every step:
+  // a host wait anywhere (a staging slot set still in use, say) would wait for it forever.
+  VkEnv env(2, {.sync_validation = false});
+  if (!env.ok()) return;
+  auto comm = make_communicator(env.group(), test_opts());
+  const std::size_t steps = 100;  // more than a 32-layer model's 64 calls a token
+  Chain chain(env.group(), 4096, steps, 7);
+  TestTimeline gate(env.group()[0].handle());
+  StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+  run_chain(chain, ar, &gate);
+}
+
+TEST_CASE("streams: calls on other queues (the ring), the relay and calls of changing size") {
+  VkEnv env(2, {.sync_validation = false});
+  if (!env.ok()) return;
+  for (AlgoChoice algo : {AlgoChoice::ring, AlgoChoice::relay, AlgoChoice::automatic}) {
+    CAPTURE(to_string(algo));
+    Options o = test_opts();
+    o.algo = algo;
+    auto comm = make_communicator(env.group(), o);
+    const std::size_t count = algo == AlgoChoice::automatic ? 300000 : 4096;
+    Chain chain(env.group(), count, 6, 31);
+    StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+    run_chain(chain, ar);
+    CHECK(comm.last_call().algorithm == (algo == AlgoChoice::ring ? "ring" : algo == AlgoChoice::relay ? "relay" : "oneshot"));
+  }
+}
+
+TEST_CASE("streams: a ticket's wait submits what the streams hold") {
+  VkEnv env(2);
+  if (!env.ok()) return;
+  auto comm = make_communicator(env.group(), test_opts());
+  Chain chain(env.group(), 1024, 1, 5);
+  StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+  for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, 0);
+  Ticket t = ar.allreduce(chain.spans());
+  // The sums' batches are still held by the streams; the wait must hand them over first.
+  CHECK(chain.sides[0]->stream->held() + chain.sides[1]->stream->held() > 0);
+  t.wait(test_timeout);
+  const auto expect = integer_sum(chain.inputs[0]);
+  for (auto& side : chain.sides) CHECK(bit_identical(side->span->read(0, 1024), expect));
+}
+
+TEST_CASE("streams: bad input is refused with nothing submitted") {
+  VkEnv env(2);
+  if (!env.ok()) return;
+  auto comm = make_communicator(env.group(), test_opts());
+  Chain chain(env.group(), 1024, 1, 5);
+  StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+  for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, 0);
+  const auto before = chain.sides[0]->stream->queue().counts().submits + env.group()[0].compute_queue().counts().submits;
+  auto spans = chain.spans();
+  spans[1].count = 512;  // counts differ
+  CHECK(code_of([&] { ar.allreduce(spans); }) == ErrorCode::invalid_argument);
+  CHECK(chain.sides[0]->stream->queue().counts().submits + env.group()[0].compute_queue().counts().submits == before);
+  CHECK(chain.sides[0]->stream->held() == 1);  // the host's work, still held
+  // A stream per device, on tpar's compute queues.
+  std::vector<Stream*> one{chain.sides[0]->stream.get()};
+  CHECK(code_of([&] { StreamAllreduce<AnyCommunicator> bad(comm, one); }) == ErrorCode::invalid_argument);
+  std::vector<Stream*> swapped{chain.sides[1]->stream.get(), chain.sides[0]->stream.get()};
+  CHECK(code_of([&] { StreamAllreduce<AnyCommunicator> bad(comm, swapped); }) == ErrorCode::invalid_argument);
+  ar.flush();
+  for (std::size_t d = 0; d < 2; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
+}
+
+TEST_CASE("streams: a stream outside an AllReduce submits at once") {
+  VkEnv env(2);
+  if (!env.ok()) return;
+  Chain chain(env.group(), 256, 1, 9);
+  const auto before = chain.sides[0]->stream->queue().counts().submits;
+  chain.host_step(0, 0);
+  CHECK(chain.sides[0]->stream->held() == 0);
+  CHECK(chain.sides[0]->stream->queue().counts().submits == before + 1);
+  REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[0].handle()) == VK_SUCCESS);
+}
