@@ -141,3 +141,64 @@ TEST_CASE("the sum waits for each backend's ready point and precedes its next wo
     }
   }
 }
+
+// The same layers with the backends' compute queues as tpar::Streams (what ggml-vulkan's
+// glue gives): the AllReduces ride in the backends' own submissions, ordered by the
+// queues alone, one submission per device per layer.
+TEST_CASE("streams: decode, ordered by the queues alone, one submission per device per layer") {
+  for (std::uint32_t n : {2u, 3u}) {
+    CAPTURE(n);
+    HostOptions options;
+    options.streams = true;
+    Host host(n, options);
+    if (!host.ok()) continue;
+    Meta<StreamTraits> meta(host);
+    REQUIRE(meta.ctx);
+    CHECK(meta.comm().streamed());
+    std::vector<tpar::Queue::Counts> before;
+    for (std::size_t d = 0; d < n; ++d) before.push_back(host[d].stream->queue().counts());
+    Layers model(host, 32, {});
+    run_layers(host, meta, model);
+    CHECK(meta.comm().stats().reduced == 32);
+    for (std::size_t d = 0; d < n; ++d) {
+      const auto c = host[d].stream->queue().counts();
+      // A layer's graph and the AllReduce in one submission (and the last graph, and the
+      // synchronize's hand-over of the last sum: at most two more).
+      CHECK(c.submits - before[d].submits <= 32 + 2);
+      CHECK(c.submits - before[d].submits >= 32);
+      CHECK(host[d].queue_locks == 0);  // tpar submitted nothing itself
+    }
+  }
+}
+
+TEST_CASE("streams: prefill (the ring's copies on other queues on 3 devices), idle devices and declined calls") {
+  for (std::uint32_t n : {2u, 3u}) {
+    CAPTURE(n);
+    HostOptions options;
+    options.streams = true;
+    {
+      Host host(n, options);
+      if (!host.ok()) continue;
+      Meta<StreamTraits> meta(host);
+      Plan plan;
+      plan.count = [](std::size_t) { return std::size_t{512 * 4096}; };
+      plan.patterns = 2;
+      Layers model(host, 3, plan);
+      run_layers(host, meta, model);
+      CHECK(meta.comm().communicator().last_call().algorithm == (n == 2 ? "oneshot" : "ring"));
+    }
+    {
+      Host host(n, options);
+      Meta<StreamTraits> meta(host);
+      Plan plan;
+      const std::size_t sizes[] = {4096, 4096 * 7, 4096 * 256, 4096 * 2, 4096 * 64, 1024 * 3};
+      plan.count = [&](std::size_t layer) { return sizes[layer % 6]; };
+      plan.step = [](std::size_t layer) { return layer % 8 == 3 ? Step::f16 : layer % 8 == 6 ? Step::strided : Step::reduce; };
+      plan.contributes = [n](std::size_t layer, std::size_t d) { return layer % 5 != 1 || d != layer % n; };
+      Layers model(host, 16, plan);
+      run_layers(host, meta, model);
+      CHECK(meta.comm().stats().reduced == 12);
+      CHECK(meta.comm().stats().declined == 4);
+    }
+  }
+}

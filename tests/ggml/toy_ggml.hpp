@@ -6,6 +6,7 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <tpar/comm/stream.hpp>
 #include <tpar/integrations/ggml.hpp>
 
 #include "support/vk_env.hpp"
@@ -145,12 +146,16 @@ struct Backend {
   std::vector<std::pair<vk::CommandBuffer, std::uint64_t>> in_flight;
   std::vector<std::thread> workers;
   std::atomic<int> worker_errors{0};
+  // Where the host runs with streams (HostOptions::streams): every submission goes through
+  // it, and order against tpar's work is the queue's.
+  std::unique_ptr<tpar::Stream> stream;
 
   Backend() = default;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
   ~Backend() {
     join_workers();
+    stream.reset();
     if (!device) return;
     (void)VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(device);
     for (auto& [cb, v] : in_flight) device.freeCommandBuffers(pool, 1, &cb);
@@ -183,7 +188,8 @@ struct Backend {
     std::vector<vk::Semaphore> waits;
     std::vector<std::uint64_t> wait_values;
     std::vector<vk::PipelineStageFlags> stages;
-    for (const auto& p : {pending, gate})
+    // On a stream, tpar's done point is behind this work on the queue already.
+    for (const auto& p : {stream ? tpar::TimelinePoint{} : pending, gate})
       if (p) {
         waits.push_back(p.semaphore);
         wait_values.push_back(p.value);
@@ -192,7 +198,9 @@ struct Backend {
     const std::uint64_t signal_value = submitted + 1;
     vk::TimelineSemaphoreSubmitInfo ti(static_cast<std::uint32_t>(wait_values.size()), wait_values.data(), 1, &signal_value);
     vk::SubmitInfo si(static_cast<std::uint32_t>(waits.size()), waits.data(), stages.data(), 1, &cb, 1, &timeline, &ti);
-    {
+    if (stream) {
+      stream->submit({si});
+    } else {
       std::lock_guard lock(queue_mutex);
       vk_ok(queue.submit(1, &si, vk::Fence{}), "vkQueueSubmit");
     }
@@ -236,6 +244,7 @@ struct Backend {
   void synchronize() {
     join_workers();
     CHECK(worker_errors == 0);
+    if (stream) stream->flush();
     std::vector<vk::Semaphore> sems{timeline};
     std::vector<std::uint64_t> values{submitted};
     if (pending) {
@@ -281,6 +290,7 @@ inline void transfer_barrier(vk::CommandBuffer cb) {
 struct HostOptions {
   std::vector<Backend::Kind> kinds;        // per backend (default: all ours)
   bool list_external_memory_host = true;   // report VK_EXT_external_memory_host as enabled
+  bool streams = false;                    // submit through a tpar::Stream (StreamTraits)
 };
 
 // What the application owns: one instance (validation with synchronization validation
@@ -408,6 +418,12 @@ class Host {
     b->timeline = make_timeline(b->device);
     vk::CommandPoolCreateInfo pi({}, b->family);
     vk_ok(b->device.createCommandPool(&pi, nullptr, &b->pool), "vkCreateCommandPool");
+    if (options.streams) {
+      Backend* raw = b.get();
+      b->stream = std::make_unique<tpar::Stream>(b->device, b->queue, b->family,
+                                                 tpar::QueueLock{[raw] { raw->queue_mutex.lock(); },
+                                                                 [raw] { raw->queue_mutex.unlock(); }});
+    }
     return b;
   }
 
@@ -471,6 +487,11 @@ struct Traits {
     o.timeout = tpar_test::test_timeout;
     return o;
   }
+};
+
+// The same backend with its compute queue a tpar::Stream (Host built with streams).
+struct StreamTraits : Traits {
+  static tpar::Stream* stream(backend_t b) { return b->stream.get(); }
 };
 
 // The hooks as ggml's meta backend sees them: looked up by name, called through C

@@ -14,7 +14,9 @@
 #pragma once
 
 #include <tpar/comm/any_communicator.hpp>
+#include <tpar/comm/stream.hpp>
 #include <tpar/core/log.hpp>
+#include <tpar/vk/trace.hpp>
 #include <tpar/vk/device_group.hpp>
 
 #include <algorithm>
@@ -79,6 +81,11 @@ struct TensorView {
 //                                            // "forget it" (comm_free, after tpar's work ended)
 //   static tpar::Options options();          // optional: the communicator's options
 //                                            // (TPAR_SYNC/TPAR_ALGO/TPAR_WIRE still apply)
+//   static tpar::Stream* stream(backend_t);  // optional: the backend's compute queue as a
+//                                            // tpar::Stream its own submissions go through;
+//                                            // then ordering is the queues' (no ready
+//                                            // point is asked for) and each AllReduce rides
+//                                            // in the backend's submissions (comm/stream.hpp)
 template <class T>
 concept BackendTraits = requires(typename T::backend_t backend, typename T::tensor_t* tensor, const TimelinePoint& point) {
   { T::is_ours(backend) } -> std::convertible_to<bool>;
@@ -102,6 +109,16 @@ Options options_of() {
 
 inline bool same_point(const TimelinePoint& a, const TimelinePoint& b) {
   return a.semaphore == b.semaphore && a.value == b.value;
+}
+
+template <class T>
+Stream* stream_of(typename T::backend_t backend) {
+  if constexpr (requires {
+                  { T::stream(backend) } -> std::convertible_to<Stream*>;
+                })
+    return T::stream(backend);
+  else
+    return nullptr;
 }
 
 }  // namespace detail
@@ -135,6 +152,10 @@ class GgmlComm {
       max_range_.push_back(caps.max_storage_buffer_range);
     }
     comm_.emplace(make_communicator(group_, detail::options_of<Traits>()));
+    std::vector<Stream*> streams;
+    for (auto b : backends_) streams.push_back(detail::stream_of<Traits>(b));
+    if (std::all_of(streams.begin(), streams.end(), [](Stream* s) { return s != nullptr; }))
+      streamed_ = std::make_unique<StreamAllreduce<AnyCommunicator>>(*comm_, std::move(streams));
     views_.resize(n);
     spans_.resize(n);
     ready_.resize(n);
@@ -145,7 +166,9 @@ class GgmlComm {
     const Options& o = comm_->options();
     const std::string wire = o.wire ? "wire " + std::string(to_string(*o.wire)) + " at every size"
                                     : "wire f32 below " + std::to_string(o.bf16_min_bytes) + " bytes, bf16 from there";
-    log(LogLevel::info, "ggml comm: AllReduce over " + std::to_string(n) + " devices; " + wire + "; " + comm_->sync_reason());
+    log(LogLevel::info, "ggml comm: AllReduce over " + std::to_string(n) + " devices; " + wire + "; " + comm_->sync_reason() +
+                            (streamed_ ? "; on the backends' compute queues in their own submissions (streams)"
+                                       : "; ordered by timeline semaphores"));
   }
 
   GgmlComm(const GgmlComm&) = delete;
@@ -161,6 +184,7 @@ class GgmlComm {
                               std::to_string(stats_.declined) + " declined to ggml's fallback");
     } catch (...) {  // a summary is not worth a terminate
     }
+    streamed_.reset();  // what the streams hold goes to the queues; they stop holding
     comm_.reset();
     for (auto b : backends_) Traits::wait_for(b, TimelinePoint{});
   }
@@ -169,6 +193,7 @@ class GgmlComm {
   // each backend's ready point and before its next submission, with no host wait. False
   // declines the call with nothing enqueued; after a failure every call is declined.
   bool allreduce(tensor_t* const* tensors) noexcept {
+    auto span = Trace::instance().span("allreduce hook");
     try {
       try {
         return run(tensors);
@@ -192,6 +217,8 @@ class GgmlComm {
   std::optional<Error> failure() const { return failure_; }
   // The communicator (its sync policy, the algorithm and wire of the last call).
   AnyCommunicator& communicator() { return *comm_; }
+  // Whether the AllReduces ride in the backends' own submissions (Traits::stream).
+  bool streamed() const { return streamed_ != nullptr; }
   const DeviceGroup& group() const { return group_; }
 
  private:
@@ -254,18 +281,24 @@ class GgmlComm {
     }
     // A backend that submitted nothing since the last call still has its old ready point;
     // then the call follows the previous call's done point instead, so two calls in a row
-    // on one tensor stay ordered.
-    for (std::size_t j = 0; j < n; ++j) {
-      now_[j] = Traits::ready(backends_[j]);
-      ready_[j] = pending_[j] && detail::same_point(now_[j], seen_ready_[j]) ? pending_[j] : now_[j];
-    }
+    // on one tensor stay ordered. (With streams, the queues' order does all of this.)
+    if (!streamed_)
+      for (std::size_t j = 0; j < n; ++j) {
+        now_[j] = Traits::ready(backends_[j]);
+        ready_[j] = pending_[j] && detail::same_point(now_[j], seen_ready_[j]) ? pending_[j] : now_[j];
+      }
 
     Ticket ticket;
     try {
       AllreduceArgs args;
-      args.ready = ready_;
       args.contributes = std::span<const bool>(computed_.get(), n);
-      ticket = comm_->allreduce(spans_, args);
+      auto span = Trace::instance().span("tpar call");
+      if (streamed_) {
+        ticket = streamed_->allreduce(spans_, args);
+      } else {
+        args.ready = ready_;
+        ticket = comm_->allreduce(spans_, args);
+      }
     } catch (const Error& e) {
       if (auto failed = comm_->failure()) return fail(*failed);
       const auto code = e.code_value();
@@ -309,6 +342,7 @@ class GgmlComm {
   DeviceGroup group_;
   std::vector<vk::DeviceSize> align_, max_range_;
   std::optional<AnyCommunicator> comm_;
+  std::unique_ptr<StreamAllreduce<AnyCommunicator>> streamed_;  // where the traits give streams
   std::vector<TensorView> views_;
   std::vector<BufferSpan> spans_;
   std::vector<TimelinePoint> ready_, now_, seen_ready_, pending_;

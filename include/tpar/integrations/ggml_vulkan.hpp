@@ -1,32 +1,35 @@
 // ggml-vulkan's side of the comm hook: the state ggml-vulkan keeps for tpar, so that the
-// patch to ggml-vulkan (examples/llama.cpp/) only wires ggml-vulkan's structures to it.
-// tpar includes no ggml header; the patch includes this one.
+// patch to ggml-vulkan (integrations/llama.cpp/patches/) only wires ggml-vulkan's
+// structures to it. tpar includes no ggml header; the patch includes this one.
 //
 // Ordering, the one thing the patch must get right: tpar's AllReduce runs on the
-// backend's own compute queue, after a "ready" point and before a "done" point.
-//   - ready: every submission ggml-vulkan makes to a queue signals that queue's timeline
-//     (QueueLink::begin_submit().signal()); the last value is what tpar waits for.
-//   - done: the first submission after the AllReduce, on every queue of the device, waits
-//     for tpar's done point (begin_submit().wait()); later submissions on that queue follow
-//     it by submission order (a semaphore wait covers everything later on its queue).
-//   - the host: ggml-vulkan's synchronize waits for the last done point too
-//     (QueueLink::wait_host), since a subgraph with nothing to compute on a device
-//     submits nothing that could carry the wait.
+// backend's own compute queue, after the subgraph that wrote the partial sums and before
+// the one that reads the sum. Every submission ggml-vulkan makes goes through its queue's
+// QueueLink. On the compute queue the link is a tpar::Stream: while -sm tensor runs, it
+// holds ggml's work until the AllReduce, which submits it with tpar's first batches in
+// one vkQueueSubmit, and puts the sum's batch in front of ggml's next submission, so
+// that queue order alone orders them (docs/design/decode-boundary.md). A transfer queue's
+// submissions wait for tpar's last done point. ggml-vulkan's synchronize hands over what
+// the stream holds (its fence submission does) and waits for the last done point too.
 //
-//   // in ggml_vk_submit, around the vkQueueSubmit:
-//   auto scope = queue_handle.tpar.begin_submit();
-//   if (scope.wait()) first_submission.waits.push_back(scope.wait());
-//   last_submission.signals.push_back(scope.signal());
-//   queue_handle.submit(...);   // throws on failure: the scope then gives its values back
-//   scope.commit();
+//   // in ggml_vk_submit, instead of the queue handle's submit:
+//   queue_handle.tpar.submit(submit_infos, fence);
+//
+// TPAR_GGML_STREAMS=0 wires the older way, for comparisons: every ggml submission
+// signals the queue's timeline (the ready point), tpar submits its own batches after
+// waiting on it, and ggml's next submission waits on tpar's done point.
 #pragma once
 
+#include <tpar/comm/stream.hpp>
 #include <tpar/integrations/ggml.hpp>
 #include <tpar/sync/timeline.hpp>
+#include <tpar/vk/trace.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -35,77 +38,155 @@
 
 namespace tpar::inline v0::ggml_vulkan {
 
-// What one VkQueue of ggml-vulkan keeps for tpar. ggml-vulkan aliases one queue as both
-// compute and transfer queue on devices with a single queue: keep the link with the
-// VkQueue (ggml-vulkan's vk_queue_handle), not with the role, so the alias shares it.
+// Whether ggml's compute queues are streams (the default) or the older semaphore wiring
+// (TPAR_GGML_STREAMS=0).
+inline bool streams_wanted() {
+  static const bool on = [] {
+    const char* v = std::getenv("TPAR_GGML_STREAMS");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+class QueueLink;
+
+// What ggml-vulkan enabled on a VkDevice, as tpar needs to know it (ggml-vulkan does not
+// keep its extension list), and the device's compute queue link.
+struct DeviceRecord {
+  std::vector<std::string> enabled_extensions;
+  bool shader_float16 = false;
+  bool storage_16bit = false;
+  bool update_after_bind = false;
+  QueueLink* compute = nullptr;  // set by the compute queue's QueueLink::init
+
+  // `extensions`: the names passed to vkCreateDevice; the feature structs as passed there.
+  void record(std::span<const char* const> extensions, const VkPhysicalDeviceVulkan11Features& vk11,
+              const VkPhysicalDeviceVulkan12Features& vk12) {
+    enabled_extensions.assign(extensions.begin(), extensions.end());
+    storage_16bit = vk11.storageBuffer16BitAccess == VK_TRUE;
+    shader_float16 = vk12.shaderFloat16 == VK_TRUE;
+    update_after_bind = vk12.descriptorBindingStorageBufferUpdateAfterBind == VK_TRUE;
+  }
+  bool has(const char* extension) const {
+    return std::find(enabled_extensions.begin(), enabled_extensions.end(), extension) != enabled_extensions.end();
+  }
+};
+
+// What one VkQueue of ggml-vulkan keeps for tpar: every submission of ggml-vulkan's to the
+// queue goes through submit(). ggml-vulkan aliases one queue as both compute and
+// transfer queue on devices with a single queue: keep the link with the VkQueue
+// (ggml-vulkan's vk_queue_handle), not with the role, so the alias shares it.
 class QueueLink {
  public:
   QueueLink() = default;
   QueueLink(const QueueLink&) = delete;
   QueueLink& operator=(const QueueLink&) = delete;
-
-  // Creates the queue's timeline. Call once, after the VkDevice exists; without it the
-  // link does nothing (a submission neither waits nor signals).
-  void init(vk::Device device) {
-    std::lock_guard lock(mutex_);
-    if (!timeline_.handle()) timeline_ = Timeline(device);
+  ~QueueLink() {
+    if (leader() == this) leader() = nullptr;
   }
 
-  // One submission to the queue, between begin_submit() and commit(): holds the link so
-  // that the signal values reach the queue in increasing order whoever submits.
-  class SubmitScope {
-   public:
-    explicit SubmitScope(QueueLink& link) : link_(link), lock_(link.mutex_) {
-      if (!link_.timeline_.handle()) return;
-      wait_ = link_.pending_;
-      signal_ = {link_.timeline_.handle(), link_.signalled_ + 1};
+  // Call once, after the VkDevice exists. `lock`: ggml-vulkan's lock of the queue.
+  // `compute`: the device's compute queue (its link becomes a tpar::Stream). `name`
+  // (ggml's device name, "Vulkan0") names it in traces.
+  void init(DeviceRecord& record, vk::PhysicalDevice physical, vk::Device device, vk::Queue queue, std::uint32_t family,
+            QueueLock lock, const std::string& name, bool compute) {
+    std::lock_guard guard(mutex_);
+    if (queue_) return;
+    record_ = &record;
+    device_ = device;
+    TraceQueue trace;
+    trace.name = name;
+    trace.work = "ggml";
+    const auto families = physical.getQueueFamilyProperties();
+    const bool computes = family < families.size() &&
+                          (families[family].queueFlags & (vk::QueueFlagBits::eCompute | vk::QueueFlagBits::eGraphics));
+    trace.timestamp_bits = computes ? families[family].timestampValidBits : 0;
+    trace.period_ns = physical.getProperties().limits.timestampPeriod;
+    if (record.has(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME))
+      trace.calibrate =
+          reinterpret_cast<PFN_vkGetCalibratedTimestampsEXT>(device.getProcAddr("vkGetCalibratedTimestampsEXT"));
+    log(LogLevel::debug, "ggml-vulkan queue link: " + name + (compute ? " compute" : " transfer") + " queue, family " +
+                             std::to_string(family));
+    if (compute) {
+      stream_ = std::make_unique<Stream>(device, queue, family, std::move(lock), std::move(trace));
+      record.compute = this;
+      if (!leader()) leader() = this;
+    } else {
+      queue_ = std::make_unique<Queue>(queue, family, 0, std::move(lock));
+      queue_->trace_as(std::move(trace), -1);
     }
-    SubmitScope(const SubmitScope&) = delete;
-    SubmitScope& operator=(const SubmitScope&) = delete;
+    timeline_ = Timeline(device);
+  }
 
-    // The done point the submission must wait for (null: none).
-    const TimelinePoint& wait() const { return wait_; }
-    // What the submission must signal when its last batch ends (null: nothing; the link
-    // was not initialised).
-    const TimelinePoint& signal() const { return signal_; }
-
-    // The submission reached the queue: its signal is the new ready point, its wait is
-    // done with. Without commit (the submission failed), nothing changes.
-    void commit() {
-      if (!signal_) return;
-      link_.signalled_ = signal_.value;
-      if (wait_ && wait_.semaphore == link_.pending_.semaphore && wait_.value == link_.pending_.value) link_.pending_ = {};
+  // ggml-vulkan's submission to this queue (the stream holds it while -sm tensor runs,
+  // unless `fence` is given). Throws vk::SystemError on failure, as ggml-vulkan's own.
+  void submit(vk::ArrayProxy<const vk::SubmitInfo> batches, vk::Fence fence) {
+    const std::span<const vk::SubmitInfo> infos(batches.data(), batches.size());
+    auto span = Trace::instance().span("ggml submit");
+    std::lock_guard guard(mutex_);
+    try {
+      if (stream_ && streams_wanted()) {
+        stream_->submit(infos, fence);
+        return;
+      }
+      // The older wiring (and a transfer queue): wait for tpar's pending done point,
+      // signal this queue's timeline.
+      extra_.clear();
+      extra_.append(infos);
+      if (pending_) {
+        // Its signal may still be in the compute stream's hands.
+        if (record_ && record_->compute && record_->compute != this) record_->compute->flush();
+        wait_first(pending_);
+      }
+      extra_.add_signal(timeline_.handle(), signalled_ + 1);
+      Queue& q = stream_ ? stream_->queue() : *queue_;
+      const vk::Result r = q.submit(extra_.infos(true), fence);
+      if (r != vk::Result::eSuccess) throw vk::SystemError(vk::make_error_code(r), "ggml_vulkan: vkQueueSubmit (tpar link)");
+      ++signalled_;
+      pending_ = {};
+    } catch (const Error& e) {
+      const vk::Result r = e.vk_result() == vk::Result::eSuccess ? vk::Result::eErrorUnknown : e.vk_result();
+      throw vk::SystemError(vk::make_error_code(r), e.what());
     }
+  }
 
-   private:
-    QueueLink& link_;
-    std::unique_lock<std::mutex> lock_;
-    TimelinePoint wait_, signal_;
-  };
+  // What this queue's stream holds, to the queue.
+  void flush() {
+    if (stream_) stream_->flush();
+  }
 
-  SubmitScope begin_submit() { return SubmitScope(*this); }
+  // The compute queue's stream (null for a transfer queue, or with TPAR_GGML_STREAMS=0).
+  Stream* stream() const { return stream_ && streams_wanted() ? stream_.get() : nullptr; }
+  // Whether ggml's work here waits for the next AllReduce to go out (-sm tensor with
+  // tpar): then one submission a subgraph is as good as several.
+  bool holding() const {
+    const Stream* s = stream();
+    return s && s->holding();
+  }
 
-  // For tpar's ready(): what the last submission to this queue signals.
+  // For tpar's ready() (the older wiring): what the last submission to this queue signals.
   TimelinePoint ready() const {
     std::lock_guard lock(mutex_);
-    if (!timeline_.handle()) return {};
+    if (!timeline_.handle() || stream()) return {};
     return {timeline_.handle(), signalled_};
   }
 
-  // For tpar's wait_for(): the next submission to this queue, and synchronize, wait for
-  // `done` (which implies every earlier one). A null point forgets it.
+  // For tpar's wait_for(): the device's later work, and synchronize, follow `done`
+  // (which implies every earlier call). On a stream queue order does it; elsewhere the
+  // next submission waits on it. A null point forgets it.
   void wait_for(const TimelinePoint& done) noexcept {
     std::lock_guard lock(mutex_);
-    pending_ = done;
+    if (!stream()) pending_ = done;
     last_done_ = done;
   }
 
-  // For synchronize: waits on the host until the last done point handed to this queue is
-  // reached, at most `timeout`. True when reached (or there is none).
+  // For synchronize: hands over what the stream holds, then waits on the host until the
+  // last done point is reached, at most `timeout`. True when reached (or there is none).
   bool wait_host(vk::Device device, std::chrono::nanoseconds timeout) {
     TimelinePoint done;
     {
       std::lock_guard lock(mutex_);
+      if (stream_) stream_->flush();
       done = last_done_;
     }
     if (!done) return true;
@@ -116,37 +197,63 @@ class QueueLink {
     return true;
   }
 
- private:
-  mutable std::mutex mutex_;
-  Timeline timeline_;
-  std::uint64_t signalled_ = 0;  // the value the last committed submission signals
-  TimelinePoint pending_;        // the done point the next submission waits for
-  TimelinePoint last_done_;      // the done point synchronize waits for
-};
-
-// What ggml-vulkan enabled on a VkDevice, as tpar needs to know it (ggml-vulkan does not
-// keep its extension list).
-struct DeviceRecord {
-  std::vector<std::string> enabled_extensions;
-  bool shader_float16 = false;
-  bool storage_16bit = false;
-  bool update_after_bind = false;
-
-  // `extensions`: the names passed to vkCreateDevice; the feature structs as passed there.
-  void record(std::span<const char* const> extensions, const VkPhysicalDeviceVulkan11Features& vk11,
-              const VkPhysicalDeviceVulkan12Features& vk12) {
-    enabled_extensions.assign(extensions.begin(), extensions.end());
-    storage_16bit = vk11.storageBuffer16BitAccess == VK_TRUE;
-    shader_float16 = vk12.shaderFloat16 == VK_TRUE;
-    update_after_bind = vk12.descriptorBindingStorageBufferUpdateAfterBind == VK_TRUE;
+  // For the trace: ggml-vulkan's synchronize on this queue ended (the GPU is idle). The
+  // first compute queue ggml made counts the steps (tokens: a synchronize after work was
+  // submitted to it) that open and close a window.
+  void synchronized() {
+    Trace& t = Trace::instance();
+    if (!t.enabled() || leader() != this) return;
+    const auto submits = stream_ ? stream_->queue().counts().submits : 0;
+    if (submits == submits_at_step_) return;  // nothing ran since the last step
+    submits_at_step_ = submits;
+    t.step();
+    ++steps_;
+    if (steps_ == t.skip()) t.begin_window();
+    if (steps_ == t.skip() + t.span_steps()) t.end_window("TPAR_TRACE_SPAN steps");
   }
+
+ private:
+  static QueueLink*& leader() {
+    static QueueLink* l = nullptr;
+    return l;
+  }
+
+  void wait_first(const TimelinePoint& p) {
+    // A batch of its own in front: waits are per batch, and the first of ggml's may fold.
+    detail::BatchList first;
+    const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
+    const vk::TimelineSemaphoreSubmitInfo ti(1, &p.value, 0, nullptr);
+    const vk::SubmitInfo si(1, &p.semaphore, &stage, 0, nullptr, 0, nullptr, &ti);
+    first.append(std::span(&si, 1));
+    first.append(extra_);
+    extra_.clear();
+    extra_.append(first);
+  }
+
+  mutable std::mutex mutex_;
+  DeviceRecord* record_ = nullptr;
+  vk::Device device_;
+  std::unique_ptr<Stream> stream_;  // the compute queue
+  std::unique_ptr<Queue> queue_;    // a transfer queue
+  Timeline timeline_;
+  std::uint64_t signalled_ = 0;  // the value the last submission signalled (older wiring)
+  TimelinePoint pending_;        // the done point the next submission waits for (older wiring, transfer queue)
+  TimelinePoint last_done_;      // the done point synchronize waits for
+  detail::BatchList extra_;
+  std::uint32_t steps_ = 0;
+  std::uint64_t submits_at_step_ = 0;
 };
 
 // Device extensions tpar uses that ggml-vulkan does not enable itself, among those the
 // physical device offers and `enabled` lacks: append them to vkCreateDevice's list.
-// (VK_KHR_external_semaphore_fd lets NativeImport share timelines between devices.)
+// (VK_KHR_external_semaphore_fd lets NativeImport share timelines between devices;
+// VK_EXT_calibrated_timestamps, asked for only with TPAR_TRACE, puts a trace's GPU
+// times on the host's clock.)
 inline std::vector<const char*> extra_device_extensions(vk::PhysicalDevice physical, std::span<const char* const> enabled) {
-  static constexpr const char* wanted[] = {VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME};
+  std::vector<const char*> wanted{VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME};
+  const char* calibrate = std::getenv("TPAR_TRACE_CALIBRATE");
+  if (Trace::instance().enabled() && !(calibrate && std::string(calibrate) == "0"))
+    wanted.push_back(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
   std::uint32_t count = 0;
   std::vector<vk::ExtensionProperties> offered;
   if (physical.enumerateDeviceExtensionProperties(nullptr, &count, nullptr) == vk::Result::eSuccess) {
