@@ -24,6 +24,9 @@ inline constexpr tpar::AlgoChoice algo_choices[] = {tpar::AlgoChoice::oneshot, t
 // Every wire, besides auto: --wire's values, --wire all, and what --soak draws from.
 inline constexpr tpar::Wire wire_choices[] = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
 
+// How --chain wires each step's dispatch to the AllReduce (chain.hpp).
+enum class Wiring { none, streams, semaphores, gated };
+
 // Exit status of a run whose results checked wrong (0, 1 and 2 as every program: cli.hpp).
 inline constexpr int exit_wrong_results = 3;
 
@@ -42,7 +45,10 @@ struct Config {
   std::uint32_t max_pieces = 0;
   tpar::DownloadQueue downloads = tpar::DownloadQueue::compute;
   std::uint32_t defer = 1;  // calls per submission in the timed loop
-  std::uint32_t depth = 0;  // 0: tpar's default, or 2 x defer (at most 8) with --defer
+  std::uint32_t depth = 0;  // 0: tpar's default (sized by bytes), or 2 x defer (at most 8) with --defer
+  std::uint32_t chain_steps = 0;  // --chain: steps a run (0: not the chain)
+  std::size_t chain_work = 0;     // --chain-work: bytes of weights each step reads per device
+  std::vector<Wiring> chain_wirings{Wiring::streams, Wiring::semaphores};
   bool profile = false;
   std::string profile_out;
   bool wake = false;
@@ -115,8 +121,9 @@ inline void print_help() {
       "  --defer K             timed calls go K to a submission: K calls with\n"
       "                        AllreduceArgs::defer, then flush() (default 1: each call\n"
       "                        submits itself)\n"
-      "  --depth D             calls in flight, each with its own staging slots (default 2,\n"
-      "                        or 2K up to 8 with --defer K)\n"
+      "  --depth D             calls in flight, each with its own staging slots, 1 to 128\n"
+      "                        (default: as many as 8 MiB of staging holds, 2 to 128; 2K up\n"
+      "                        to 8 with --defer K)\n"
       "  --profile             after each row, one more call with GPU timestamps around every\n"
       "                        batch: per device and queue, batches, busy time and the span\n"
       "  --profile-out PREFIX  also write every batch to PREFIX-<bytes>-<wire>-<algo>.csv\n"
@@ -138,6 +145,19 @@ inline void print_help() {
       "  --inject-fault        --soak: change one result and one byte beside the calls' spans\n"
       "                        after the first calls: the soak must report both (a test of\n"
       "                        the test)\n"
+      "  --chain STEPS         the boundary a decode step pays: per step a dispatch on every\n"
+      "                        device, then the AllReduce of its span, the next dispatch\n"
+      "                        reading the sum; STEPS steps enqueued, one host wait; per step\n"
+      "                        the time, the same chain without the AllReduce, their\n"
+      "                        difference, the host's enqueue time and CPU, vkQueueSubmit calls\n"
+      "                        and semaphore waits per device; sizes 4K,16K,64K by default\n"
+      "                        (-n runs, default 20; --algo; --relay-peers for one device)\n"
+      "  --chain-work SIZE     --chain: bytes of weights each dispatch reads per device, as half\n"
+      "                        a layer's matmul does (default 0: the dispatch only rewrites the span)\n"
+      "  --chain-wiring W      --chain: streams (tpar::Stream, the default with semaphores),\n"
+      "                        semaphores (ready and done points), both, or gated (streams,\n"
+      "                        the host waiting for each sum's inputs before submitting it:\n"
+      "                        what a queue's wait on another device costs, not a way to run)\n"
       "  --relay-peers K       the relay's floor: one device (the first selected) with K more\n"
       "                        played by the relay's host thread (1 to 31), every call through\n"
       "                        the relay, sizes 4K to 1M by default; the table as above, busbw\n"
@@ -172,6 +192,8 @@ inline void check_mode_flags(const Config& c) {
     std::vector<std::string_view> takes;
   };
   const Mode modes[] = {
+      {"--chain", {"--min-bytes", "--max-bytes", "--factor", "--sizes", "--iters", "--warmup", "--repeat", "--wire", "--algo",
+                   "--sync", "--depth", "--relay-max", "--relay-peers", "--chain-work", "--chain-wiring", "--csv", "--json"}},
       {"--link-only", {"--link-bytes", "--link-window", "--json"}},
       {"--wake", {"--iters"}},
       {"--submit-cost", {"--iters"}},
@@ -184,8 +206,9 @@ inline void check_mode_flags(const Config& c) {
   const Mode* chosen = nullptr;
   for (const auto& m : modes) {
     if (!c.has(m.flag)) continue;
+    if (chosen && std::string_view(chosen->flag) == "--chain" && std::string_view(m.flag) == "--relay-peers") continue;
     if (chosen)
-      tpar_cli::usage_error(program, std::string("choose one of --link-only, --wake, --submit-cost, --soak and --relay-peers (got ") +
+      tpar_cli::usage_error(program, std::string("choose one of --chain, --link-only, --wake, --submit-cost, --soak and --relay-peers (got ") +
                                          chosen->flag + " and " + m.flag + ")");
     chosen = &m;
   }
@@ -196,6 +219,8 @@ inline void check_mode_flags(const Config& c) {
       tpar_cli::usage_error(program, std::string(chosen->flag) + " does not take " + f);
     if (!chosen && (f == "--seed" || f == "--inject-fault"))
       tpar_cli::usage_error(program, f + " is for --soak");
+    if ((!chosen || std::string_view(chosen->flag) != "--chain") && (f == "--chain-work" || f == "--chain-wiring"))
+      tpar_cli::usage_error(program, f + " is for --chain");
   }
 }
 
@@ -288,7 +313,22 @@ inline Config parse(int argc, char** argv) {
       if (c.defer < 1 || c.defer > 8) tpar_cli::usage_error(program, "--defer takes 1 to 8 calls per submission");
     } else if (a == "--depth") {
       c.depth = tpar_cli::parse_number<std::uint32_t>(program, a, value());
-      if (c.depth < 1 || c.depth > 8) tpar_cli::usage_error(program, "--depth takes 1 to 8");
+      if (c.depth < 1 || c.depth > tpar::max_depth)
+        tpar_cli::usage_error(program, "--depth takes 1 to " + std::to_string(tpar::max_depth));
+    } else if (a == "--chain") {
+      c.chain_steps = tpar_cli::parse_number<std::uint32_t>(program, a, value());
+      if (c.chain_steps < 1 || c.chain_steps > 100000) tpar_cli::usage_error(program, "--chain takes 1 to 100000 steps");
+    } else if (a == "--chain-work") {
+      c.chain_work = tpar_cli::parse_size(program, a, value());
+      if (c.chain_work % 16 || c.chain_work > (std::size_t{1} << 34))
+        tpar_cli::usage_error(program, "--chain-work takes a multiple of 16 bytes, at most 16G");
+    } else if (a == "--chain-wiring") {
+      const std::string_view v = value();
+      if (v == "streams") c.chain_wirings = {Wiring::streams};
+      else if (v == "semaphores") c.chain_wirings = {Wiring::semaphores};
+      else if (v == "both") c.chain_wirings = {Wiring::streams, Wiring::semaphores};
+      else if (v == "gated") c.chain_wirings = {Wiring::gated};
+      else tpar_cli::usage_error(program, "--chain-wiring takes streams, semaphores, both or gated");
     } else if (a == "--wake") {
       c.wake = true;
     } else if (a == "--submit-cost") {
@@ -335,6 +375,8 @@ inline Config parse(int argc, char** argv) {
   if (!c.sizes.empty() && (c.has("--min-bytes") || c.has("--max-bytes") || c.has("--factor")))
     tpar_cli::usage_error(program, "--sizes gives the sizes: it takes no -b, -e or -f");
   if (c.relay_peers && !c.has("--min-bytes")) c.min_bytes = 4 << 10;
+  if (c.chain_steps && c.sizes.empty() && !c.has("--min-bytes") && !c.has("--max-bytes") && !c.has("--factor"))
+    c.sizes = {4 << 10, 16 << 10, 64 << 10};
   if (c.has("--min-bytes") && c.has("--max-bytes") && c.min_bytes > c.max_bytes)
     tpar_cli::usage_error(program, "-b " + human_bytes(c.min_bytes) + " is above -e " + human_bytes(c.max_bytes) +
                                        ": no size lies between them");

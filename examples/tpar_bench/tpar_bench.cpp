@@ -8,6 +8,7 @@
 // The parts: options.hpp (the command line), sweep.hpp (the timed and checked table),
 // link.hpp, probes.hpp and soak.hpp (the other modes), report.hpp (what is printed).
 #include "bench.hpp"
+#include "chain.hpp"
 #include "link.hpp"
 #include "options.hpp"
 #include "probes.hpp"
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
     const std::string header = "tpar-bench " TPAR_VERSION_STRING ": " + std::to_string(n) + " device" + (n == 1 ? "" : "s") +
                                " (" + names + (group[0].is_virtual() ? ", virtual" : "") + ")";
 
+    if (cfg.chain_steps) return run_chain(group, cfg, header);
     if (cfg.wake) {
       measure_wake(group, cfg.iters ? cfg.iters : 300);
       return 0;
