@@ -100,13 +100,15 @@ struct Options {
   DownloadQueue downloads = DownloadQueue::compute;
   // Calls that may be in flight at once; each has its own host staging slots (and a call
   // needing a slot set still in use waits on the host for it). 0, the default, sizes it
-  // by bytes: as many slot sets as staging_in_flight holds at the current call size, at
-  // least 2 and at most max_depth, so that decode-sized calls never wait for a slot within
-  // a step of a model's layers (a 16 KiB call's set takes 64 KiB: 128 fit), while prefill-
-  // sized ones do not pin hundreds of MiB. 1 to max_depth fixes it.
+  // by bytes: as many slot sets as staging_in_flight holds at the current staging size,
+  // at least 2 and at most max_depth, so that decode-sized calls never wait for a slot
+  // within a step of a model's layers (a 16 KiB call's set takes 64 KiB: 128 fit), while
+  // prefill-sized ones do not pin hundreds of MiB (a 4 MiB bf16 set: 8 fit). After a long
+  // prefill, decode-sized calls use its staging, with its fewer sets, until it shrinks
+  // (64 calls later: staging/capacity.hpp). 1 to max_depth fixes it.
   std::uint32_t depth = 0;
   // Host staging per device for calls in flight when depth is 0.
-  std::size_t staging_in_flight = std::size_t{8} << 20;
+  std::size_t staging_in_flight = std::size_t{32} << 20;
   // Bound on every wait tpar makes (a ready point, a peer, the GPU draining on destroy).
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);
   // Record GPU timestamps around every batch, for Communicator::profile(). Costs a few
