@@ -163,7 +163,10 @@ typedef struct tpar_group_options {
 } tpar_group_options;
 
 /* Opens the devices `options` selects (NULL: defaults). *out_group receives the group
- * (NULL on failure). */
+ * (NULL on failure). The first create also makes an instance of tpar's own, with no
+ * layers and no devices, and keeps it until the process exits: the Vulkan loader would
+ * otherwise load and unload the drivers with every group, which NVIDIA's driver does not
+ * survive for long (C++: GroupOptions::keep_drivers_loaded). */
 tpar_result tpar_group_create(const tpar_group_options* options, tpar_group** out_group) TPAR_NOEXCEPT;
 
 /* A host's lock for a queue it shares with tpar (Vulkan queues need external
@@ -330,8 +333,12 @@ tpar_result tpar_comm_status(const tpar_comm* comm) TPAR_NOEXCEPT;
 
 /* `count` f32 values starting `offset` bytes into `buffer`, reduced in place. The buffer
  * needs VK_BUFFER_USAGE_STORAGE_BUFFER_BIT; `offset` must be a multiple of the device's
- * minStorageBufferOffsetAlignment (and of 4). `buffer_size` (bytes) rejects a span that
- * runs past the buffer's end; 0 uses vkGetBufferMemoryRequirements' size instead. */
+ * minStorageBufferOffsetAlignment (and of 4). `buffer_size` is the size the buffer was
+ * created with (VkBufferCreateInfo::size, bytes): a span that runs past it is refused.
+ * 0 means "not stated": the span is checked against vkGetBufferMemoryRequirements' size
+ * instead, which is at least the buffer's and may be more (112 bytes for a 100-byte
+ * buffer on an H200), so a span that ends in that padding, past the buffer's end, is not
+ * caught. Vulkan calls such a span invalid use; state the size to have it refused. */
 typedef struct tpar_buffer_span {
   VkBuffer buffer;
   VkDeviceSize offset;

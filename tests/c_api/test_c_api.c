@@ -813,7 +813,7 @@ static int test_created(int n) {
   spans[0].buffer_size = bufs[0].size;
   spans[0].offset = UINT64_MAX - 15; /* 2^64 - 16: aligned, and offset + bytes wraps past 2^64 */
   FAILS(tpar_allreduce(comm, spans, (uint32_t)n, NULL, &t), TPAR_ERROR_INVALID_ARGUMENT);
-  spans[0].buffer_size = 0; /* the same, with the size asked of Vulkan */
+  spans[0].buffer_size = 0; /* the same, checked against the memory requirements' size */
   FAILS(tpar_allreduce(comm, spans, (uint32_t)n, NULL, &t), TPAR_ERROR_INVALID_ARGUMENT);
   spans[0].offset = off * sizeof(float);
   spans[0].buffer_size = bufs[0].size;

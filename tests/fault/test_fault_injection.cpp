@@ -572,12 +572,15 @@ bool ready() {
   return true;
 }
 
-// A group that lives through the sweeps, so that the loader keeps the driver loaded. The
-// NVIDIA driver opens its device files when the loader loads it and closes them when the
-// last instance goes, and after many such cycles within one process, with a failed
-// vkCreateInstance among them, its next load found no usable ICD (H200, driver
-// 580.159.04). Those are the driver's files, not tpar's: with the driver kept loaded, a
-// run's file count before and after compares tpar's own.
+// A group that lives through the sweeps. Created before them, it makes (unless an earlier
+// create did) the instance DeviceGroup keeps for the process's life to hold the drivers
+// loaded (detail::anchor_drivers) before any sweep counts calls, objects or files: no
+// sweep's k-th vkCreateInstance lands on that one. Its own instance keeps loaded what that one
+// does not, the validation layer where the sweeps enable it. Before tpar kept the drivers
+// loaded, this group was what did: the NVIDIA driver opened its device files when the
+// loader loaded it and closed them when the last instance went, which a run's file count
+// took for a leak, and after many such cycles in one process its next load found no
+// usable ICD (H200, driver 580.159.04).
 std::optional<DeviceGroup> keep_driver_loaded() {
   try {
     return DeviceGroup::create(group_options());

@@ -56,6 +56,11 @@ struct GroupOptions {
   // Dynamic dispatch only: the Vulkan loader library to load (default: the system's).
   std::string loader;
   std::string application_name = "tpar";
+  // Keep the Vulkan drivers loaded from this create until the process exits, through an
+  // instance of tpar's own with no layers and no devices (detail::anchor_drivers says
+  // why). false: this create makes none, and the loader unloads the drivers with the
+  // last instance; an anchor an earlier create made stays.
+  bool keep_drivers_loaded = true;
 };
 
 // A device the host created and keeps owning.
@@ -149,6 +154,58 @@ inline std::vector<vk::ExtensionProperties> instance_extensions(const char* laye
   return exts;
 }
 
+// The instance that keeps the Vulkan drivers loaded for the process's life.
+//
+// Each group tpar creates has an instance of its own (its layers, its messenger, its
+// application name). The Vulkan loader loads every driver's library for an instance (and
+// for the queries before one, vkEnumerateInstanceExtensionProperties) and unloads it
+// when no instance is left. A process that creates and destroys groups in turn thus
+// loads and unloads the drivers every time (lavapipe's libvulkan_lvp.so, traced with
+// LD_DEBUG=files: once a cycle). NVIDIA's
+// driver does not survive that: on an H200 (driver 580.159.04, 2026-11-24),
+// tpar-group-cycles failed its 30th create, the loader reporting "Could not get
+// 'vkCreateInstance' via 'vk_icdGetInstanceProcAddr' for ICD libGLX_nvidia.so.0" (the
+// library loaded, and handed out no entry point), then "Found no drivers!"
+// (docs/perf/raw/group-cycles-h200.txt).
+//
+// So the first create makes one more instance, with no layers, no extensions and no
+// devices, and keeps it: the loader then holds each driver's library open throughout (a
+// group's vkDestroyInstance only drops a reference), and the driver keeps the state it
+// sets up for its first instance. With it the same H200 ran 1000 cycles with every sum
+// right, and the process's open files, mapped regions and threads did not change from
+// the first cycle on. The groups' own instances are as before, so validation and
+// messages stay per group. The cost, for the process's life rather than a group's: the
+// drivers' state for one instance without devices. On the H200, 13 open files and the
+// driver's one thread that no device owns (0.4 wake-ups a second), which a group holds
+// anyway: with a group open, the anchor added no thread. On lavapipe, every installed
+// Mesa driver's library stays mapped, about 12 MiB resident.
+//
+// The alternatives were worse: one instance shared by the groups cannot differ in layers
+// per group, and would hand each group's messenger the others' messages; pinning the
+// drivers' libraries with dlopen(RTLD_NODELETE) would mean finding them as the loader
+// does (its manifests and environment), and would still let the driver tear down and set
+// up its state with every last instance.
+//
+// It is never destroyed: the process's end releases it, as it does the loader. Destroyed
+// by a static destructor, it crashed every run on the H200 at exit (SIGSEGV, after every
+// cycle had passed): at exit the driver may already be tearing itself down. A failure
+// to make it is not an error: the group's own instance meets the same cause and reports
+// it, and the next create tries again.
+inline void anchor_drivers() {
+  static std::mutex mutex;
+  static vk::Instance instance;  // reachable from here, so no leak to LeakSanitizer
+  std::lock_guard lock(mutex);
+  if (instance) return;
+  vk::ApplicationInfo app("tpar (keeps the drivers loaded)", 1, "tpar",
+                          VK_MAKE_API_VERSION(0, TPAR_VERSION_MAJOR, TPAR_VERSION_MINOR, TPAR_VERSION_PATCH), VK_API_VERSION_1_2);
+  vk::InstanceCreateInfo info({}, &app);
+  vk::Instance made;
+  if (const auto r = vk::createInstance(&info, nullptr, &made); r != vk::Result::eSuccess)
+    log(LogLevel::debug, "no instance to keep the drivers loaded: vkCreateInstance returned " + vk::to_string(r));
+  else
+    instance = made;
+}
+
 inline void create_instance(GroupState& state, const GroupOptions& options) {
   const bool tpar_loaded = ensure_loader(options.loader);
   std::uint32_t loader_version = VK_API_VERSION_1_0;
@@ -159,6 +216,8 @@ inline void create_instance(GroupState& state, const GroupOptions& options) {
   if (loader_version < VK_API_VERSION_1_2)
     throw Error(ErrorCode::no_driver, "the Vulkan loader offers Vulkan " + api_version_string(loader_version) +
                                           "; tpar needs 1.2 (timeline semaphores): update libvulkan1");
+  // First, so that the queries below find the drivers loaded as well.
+  if (options.keep_drivers_loaded) anchor_drivers();
 
   constexpr const char* validation_layer = "VK_LAYER_KHRONOS_validation";
   std::vector<const char*> layers, extensions;

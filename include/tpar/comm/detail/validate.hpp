@@ -1,7 +1,9 @@
 // The checks every allreduce call passes before anything is enqueued: one span per
 // device, the same count everywhere, offsets aligned for the device, every span inside
-// its buffer (written so that nothing wraps), enums in range. Throws
-// Error(invalid_argument) with what is wrong; changes nothing.
+// its buffer's stated size, or inside its memory requirements' size where the size is
+// not stated (BufferSpan::buffer_size 0; that size may exceed the buffer's), written so
+// that nothing wraps; enums in range. Throws Error(invalid_argument) with what is wrong;
+// changes nothing.
 #pragma once
 
 #include <tpar/comm/call.hpp>
@@ -44,6 +46,8 @@ inline void validate_call(const DeviceGroup& group, std::span<const BufferSpan> 
     if (s.bytes() > caps.max_storage_buffer_range)
       bad(who + " is " + std::to_string(s.bytes()) + " bytes, more than device " + std::to_string(d) +
           "'s maxStorageBufferRange (" + std::to_string(caps.max_storage_buffer_range) + ")");
+    // Without a stated size, the most Vulkan tells: the memory the buffer needs, which
+    // may run past its end, so a span ending in between passes (BufferSpan says so).
     vk::DeviceSize size = s.buffer_size;
     if (!size) {
       vk::MemoryRequirements req;
@@ -53,7 +57,7 @@ inline void validate_call(const DeviceGroup& group, std::span<const BufferSpan> 
     // Written so that nothing wraps: an offset near 2^64 plus the span's bytes would.
     if (s.offset > size || s.bytes() > size - s.offset)
       bad(who + " (offset " + std::to_string(s.offset) + ", " + std::to_string(count) + " values) ends past the end of its buffer (" +
-          std::to_string(size) + " bytes)");
+          std::to_string(size) + " bytes" + (s.buffer_size ? "" : ", its memory requirements' size: buffer_size is 0") + ")");
   }
 }
 
