@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side tables and a busbw plot from tpar-bench and nccl_allreduce.py logs.
+"""Side-by-side tables and a busbw plot from tpar-bench logs and NCCL anchor logs (the output
+of scripts/nccl_anchor.py sweep, which the anchor script before it printed the same way).
 
     python3 docs/perf/report.py            # prints the Markdown tables, writes docs/perf/busbw.svg
     python3 docs/perf/report.py --check    # exits 1 unless docs/PERFORMANCE.md holds these tables
