@@ -59,6 +59,13 @@ Seen run(VkEnv& env, AlgoChoice algo, Wire wire, const std::vector<std::vector<f
       const double err = std::fabs(double(r) - exact);
       s.worst_abs = std::max(s.worst_abs, err);
       s.worst_excess = std::max(s.worst_excess, err - bound_with_floor(wire, n, magnitude));
+      // The other devices' results against the same bound (they equal device 0's unless
+      // the group spans two drivers).
+      for (std::size_t d = 1; d < n; ++d) {
+        const float rd = got[d][i];
+        const double err_d = std::isfinite(rd) ? std::fabs(double(rd) - exact) : HUGE_VAL;
+        s.worst_excess = std::max(s.worst_excess, err_d - bound_with_floor(wire, n, magnitude));
+      }
     }
   }
   return s;
@@ -69,6 +76,13 @@ std::string describe(const Seen& s) {
                     " zero, " + std::to_string(s.inf) + " inf, " + std::to_string(s.nan) + " NaN";
   if (s.worst_abs > 0) out += "; worst |error| 2^" + std::to_string(std::log2(s.worst_abs));
   return out;
+}
+
+bool one_driver(VkEnv& env) {
+  const auto caps = env.group().capabilities();
+  for (const auto& c : caps)
+    if (c.driver_uuid != caps[0].driver_uuid) return false;
+  return true;
 }
 
 bool is_lavapipe(VkEnv& env) { return env.group()[0].capabilities().driver_name.find("llvmpipe") != std::string::npos; }
@@ -108,7 +122,11 @@ TEST_CASE("subnormal inputs: within the bound plus n * 2^-126; flushed to zero o
       CAPTURE(to_string(wire));
       const Seen s = run(env, algo, wire, x);
       MESSAGE(to_string(algo) << ", " << to_string(wire) << " wire: " << describe(s));
-      CHECK(s.identical);
+      // Devices of one driver agree bit for bit. Of two drivers, here they may not: an
+      // H200 beside llvmpipe flushed these sums to zero where llvmpipe kept them
+      // (numerics.md, "Devices of different drivers"); each stays within the bound.
+      if (one_driver(env)) CHECK(s.identical);
+      else if (!s.identical) MESSAGE("the devices' results differ: two drivers, subnormal sums (numerics.md)");
       CHECK(s.inf + s.nan == 0);
       CHECK(s.worst_excess <= 0);  // |error| <= the bound + n * 2^-126
       if (wire == Wire::f16) CHECK(s.zero == s.values);  // the encoder flushes f32 subnormals

@@ -332,10 +332,11 @@ class Host {
     REQUIRE(!physicals.empty());
     std::vector<vk::PhysicalDevice> picked;
     if (tpar_test::use_real_gpus()) {
+      const bool all = tpar_test::test_devices() == "all";  // GPUs and CPU devices, as listed
       for (auto p : physicals)
-        if (tpar::query_capabilities(p).is_gpu()) picked.push_back(p);
+        if (all || tpar::query_capabilities(p).is_gpu()) picked.push_back(p);
       if (picked.size() < n) {
-        MESSAGE("[skipped] " << n << " GPUs are needed, " << picked.size() << " found");
+        MESSAGE("[skipped] " << n << " devices are needed, " << picked.size() << " found");
         return;
       }
     } else {

@@ -72,9 +72,17 @@ inline tpar::ErrorCode code_of(const std::function<void()>& f) {
 // Bound for test waits: tpar's own 10 s default plus room for the layer's stall above.
 inline constexpr std::chrono::seconds test_timeout{60};
 
-inline bool use_real_gpus() {
+// TPAR_TEST_DEVICES: unset, one device (lavapipe, or the first GPU) opened n times as
+// virtual devices; "gpus", the first n GPUs; "all", the first n devices the loader lists,
+// GPUs and CPU devices alike (a GPU and llvmpipe: a group of two drivers, docs/devices/).
+inline std::string test_devices() {
   const char* v = std::getenv("TPAR_TEST_DEVICES");
-  return v && std::string(v) == "gpus";
+  return v ? v : "";
+}
+// Distinct physical devices rather than one opened several times.
+inline bool use_real_gpus() {
+  const auto v = test_devices();
+  return v == "gpus" || v == "all";
 }
 
 // What the validation layer checks on a test's devices: everything (its core checks and
@@ -87,8 +95,13 @@ inline tpar::GroupOptions test_options(ValidationLog& log, std::uint32_t n, bool
   o.validation = !std::getenv("TPAR_TEST_NO_VALIDATION");
   o.sync_validation = sync_validation || std::getenv("TPAR_TEST_ALL_CHECKS");
   o.on_validation = [&log](const tpar::ValidationMessage& m) { log.add(m); };
-  if (use_real_gpus()) o.select.first(n);
-  else o.select.virtual_devices(n);
+  if (test_devices() == "all") {
+    for (std::uint32_t i = 0; i < n; ++i) o.select.indices.push_back(i);
+  } else if (use_real_gpus()) {
+    o.select.first(n);
+  } else {
+    o.select.virtual_devices(n);
+  }
   return o;
 }
 
@@ -175,7 +188,8 @@ class VkEnv {
       return tpar::DeviceGroup::create(o);
     } catch (const tpar::Error& e) {
       if (use_real_gpus() && e.code() == tpar::ErrorCode::no_match) {
-        MESSAGE("[skipped] " << n << " GPUs are needed: " << std::string(e.what()));
+        MESSAGE("[skipped] " << n << std::string(test_devices() == "all" ? " devices" : " GPUs") << " are needed: "
+                              << std::string(e.what()));
         return std::nullopt;
       }
       throw;

@@ -282,6 +282,18 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<
                   ", which the relay needs for its slots, so calls keep to OneShot and ChunkedRing";
     return gate;
   }
+  // Devices of different drivers: not offered. On an H200 beside llvmpipe (2026-11-24,
+  // tpar-bench --soak over the pair, docs/perf/raw/mixed-h200-llvmpipe.txt) two relay
+  // calls of 5581 stalled until their timeout, the H200's kernel waiting for the sum
+  // while llvmpipe's queue waited; why is not known yet, so such a group keeps to
+  // OneShot and ChunkedRing, which ran there clean.
+  for (std::size_t i = 1; i < caps.size(); ++i)
+    if (caps[i].driver_uuid != caps[0].driver_uuid) {
+      gate.reason = "device " + std::to_string(i) + " (" + caps[i].name +
+                    ") has another driver than device 0, and the relay stalled in such a group (an H200 beside "
+                    "llvmpipe), so calls keep to OneShot and ChunkedRing";
+      return gate;
+    }
   gate.possible = true;
   // A kernel waits for the sum only where it can wait long (not on lavapipe, which ends a
   // shader's loops itself), bounds its wait by the device clock (a count of polls is no
