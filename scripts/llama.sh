@@ -32,7 +32,7 @@ with random weights, and compares llama-bench's pp/tg over the split modes:
   --bench-args ARGS  passed to every llama-bench run (default: "-p 512 -n 128 -r 3")
   -h, --help         this text
 
-The first run takes a few minutes (the build: about 6 on two idle cores); later runs
+The first run takes a while (the build: 10-14 minutes on two cores); later runs
 reuse it. Progress goes to stderr, the table to stdout.
 exit status: 0 success, 1 a failure, 2 a usage error
 EOF
@@ -105,7 +105,7 @@ build_llama() {
   fi
 
   stage "build"
-  targets=(llama-bench llama-completion tpar-llama-model tpar-llama-logits)
+  targets=(llama-bench llama-completion llama-server tpar-llama-model tpar-llama-logits)
   if [[ ! -f "$build_dir/build/build.ninja" ]]; then
     say "configuring"
     cmake -S "$root/integrations/llama.cpp" -B "$build_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -49,11 +49,16 @@ check_served() {  # LABEL DEVICES: tpar served every AllReduce, none declined
 # with ggml's own AllReduce, since it and tpar agree bit for bit at 2 devices.
 bound_vs_none="--relative 0.02"
 
+# The two devices of the -sm tensor runs (GGML_VK_VISIBLE_DEVICES): one lavapipe device
+# opened twice, by default; a GPU run names its own (0,1: two GPUs, or a GPU and llvmpipe
+# in a group of two drivers, docs/devices/).
+pair=${TPAR_LLAMA_PAIR:-0,0}
+
 case "$name" in
   dense-2)
     run none dense.gguf 0 none
-    run ggml dense.gguf 0,0 tensor GGML_VK_DISABLE_TPAR=1
-    run tpar dense.gguf 0,0 tensor TPAR_WIRE=f32
+    run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
+    run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
     check_served tpar 2
     compare tpar ggml --exact          # both sum two f32 values: a + b == b + a
     compare tpar none $bound_vs_none
@@ -75,15 +80,16 @@ case "$name" in
     ;;
   moe-2)
     # Mesa 22.3's lavapipe crashes in ggml-vulkan's single-token MoE matmuls and in its
-    # fused top-k shader, whatever the split and with ggml's own AllReduce too: on
-    # lavapipe the case runs the prompt only, unfused; GPUs run it whole.
+    # fused top-k shader, whatever the split and with ggml's own AllReduce too: where
+    # lavapipe takes part (TPAR_TEST_DEVICES unset, or all: a GPU beside llvmpipe) the
+    # case runs the prompt only, unfused; GPUs alone run it whole.
     if [[ "${TPAR_TEST_DEVICES:-}" != gpus ]]; then
       RUN_ARGS="-n 0"
       export GGML_VK_DISABLE_FUSION=1
     fi
     run none moe.gguf 0 none
-    run ggml moe.gguf 0,0 tensor GGML_VK_DISABLE_TPAR=1
-    run tpar moe.gguf 0,0 tensor TPAR_WIRE=f32
+    run ggml moe.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
+    run tpar moe.gguf "$pair" tensor TPAR_WIRE=f32
     check_served tpar 2
     # The meta backend delays an MoE layer's AllReduce past the sum of the experts: the
     # largest call is then n_embd x prompt tokens, not that times the experts used.
@@ -93,6 +99,23 @@ case "$name" in
     [[ $largest -eq $((tokens * 256)) ]] || fail "the largest AllReduce is $largest values, not $((tokens * 256)): the delayed path was not taken"
     compare tpar ggml --exact
     compare tpar none $bound_vs_none
+    ;;
+  uneven-split)
+    # Three quarters of every layer on the first device (--ts 3,1), as a user gives the
+    # faster GPU of a mixed pair the larger share: the devices' calls are as large as
+    # ever (an AllReduce sums whole rows), their compute is not.
+    # On two lavapipe devices ggml's own AllReduce corrupts the heap with this split
+    # (glibc aborts, "corrupted double-linked list"; tpar's runs do not), so the exact
+    # comparison with it runs where the devices are real (TPAR_TEST_DEVICES set).
+    RUN_ARGS="-n 16 --ts 3,1"
+    run none dense.gguf 0 none
+    run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
+    check_served tpar 2
+    compare tpar none $bound_vs_none
+    if [[ -n "${TPAR_TEST_DEVICES:-}" ]]; then
+      run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
+      compare tpar ggml --exact
+    fi
     ;;
   refused)
     # A group tpar must refuse: its hook logs why at init and ggml's own AllReduce gives the
@@ -123,6 +146,98 @@ case "$name" in
     if echo "$reports" | grep -v 'UNASSIGNED-VkSemaphore-state-timeout' | grep -q Validation; then
       fail "the validation layer reported the above"
     fi
+    ;;
+  decode-64)
+    # Decode-sized AllReduces one token at a time, 64 of them after the prompt: every
+    # step's logits through tpar equal ggml's own AllReduce's, number for number, with the
+    # AllReduce riding in ggml-vulkan's submissions (streams, the default) and with the
+    # older wiring by timeline semaphores (TPAR_GGML_STREAMS=0).
+    RUN_ARGS="-n 64"
+    run none dense.gguf 0 none
+    run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
+    run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
+    run tpar-semaphores dense.gguf "$pair" tensor TPAR_WIRE=f32 TPAR_GGML_STREAMS=0
+    check_served tpar 2
+    check_served tpar-semaphores 2
+    grep -q "on the backends' compute queues in their own submissions (streams)" "$dir/tpar.log" ||
+      fail "tpar: the AllReduce did not ride in ggml-vulkan's submissions"
+    grep -q "ordered by timeline semaphores" "$dir/tpar-semaphores.log" || fail "tpar-semaphores: TPAR_GGML_STREAMS=0 was not taken"
+    rows=$(sed -nE 's/^run: ([0-9]+) rows.*/\1/p' "$dir/tpar.out")
+    [[ $rows -ge 64 ]] || fail "tpar: $rows rows of logits, not the prompt's and 64 tokens'"
+    compare tpar ggml --exact
+    compare tpar-semaphores ggml --exact
+    compare tpar none $bound_vs_none
+    ;;
+  server)
+    # Two requests in a row to one llama-server with -sm tensor through tpar (users of an
+    # earlier Vulkan AllReduce saw the second slow to a crawl): both must give the text
+    # ggml's own AllReduce gives, and the second must run at least half as fast as the first.
+    # (A grammar keeps the random model's text to letters: the server rejects output that
+    # is not valid UTF-8.)
+    [[ -x "$BIN/llama-server" ]] || fail "no llama-server in $BIN"
+    serve() {  # LABEL [ENV...]: two completions from a fresh server into $dir/LABEL-{1,2}.json
+      local label=$1; shift
+      local port=$((20000 + RANDOM % 20000))
+      env "$@" GGML_VK_VISIBLE_DEVICES=0,0 TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/dense.gguf" -ngl 99 -fa on \
+          -sm tensor -c 1024 -np 1 --no-warmup --host 127.0.0.1 --port "$port" > "$dir/$label-server.log" 2>&1 &
+      local pid=$!
+      local ready=0
+      for _ in $(seq 1 240); do
+        if curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1; then ready=1; break; fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.5
+      done
+      if [[ $ready -ne 1 ]]; then
+        kill "$pid" 2>/dev/null || true
+        tail -30 "$dir/$label-server.log"
+        fail "$label: llama-server did not come up"
+      fi
+      for k in 1 2; do
+        curl -sf -m 300 "http://127.0.0.1:$port/completion" -H 'Content-Type: application/json' \
+          -d '{"prompt": "The quick brown fox jumps over the lazy dog, and then", "n_predict": 32, "temperature": 0, "ignore_eos": true, "cache_prompt": false, "grammar": "root ::= [a-z ]+"}' \
+          > "$dir/$label-$k.json" || { kill "$pid"; fail "$label: request $k failed"; }
+      done
+      kill -INT "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      grep "tpar" "$dir/$label-server.log" || true
+    }
+    serve ggml GGML_VK_DISABLE_TPAR=1
+    serve tpar TPAR_WIRE=f32
+    check_served tpar-server 2  # (its summary comes when the server shuts down and frees the model)
+    for k in 1 2; do
+      want=$(jq -r .content "$dir/ggml-$k.json")
+      got=$(jq -r .content "$dir/tpar-$k.json")
+      [[ -n "$got" && "$got" == "$want" ]] || fail "request $k: tpar's text differs from ggml's AllReduce's: '$got' vs '$want'"
+    done
+    first=$(jq -r .timings.predicted_per_second "$dir/tpar-1.json")
+    second=$(jq -r .timings.predicted_per_second "$dir/tpar-2.json")
+    echo "tpar: request 1 at $first tokens/s, request 2 at $second tokens/s"
+    awk -v a="$first" -v b="$second" 'BEGIN { exit !(b >= 0.5 * a) }' || fail "the second request ran at $second tokens/s against $first"
+    ;;
+  long-context)
+    # Decode 4096 tokens deep (llama-bench -d): tpar serves every call, and its decode
+    # speed falls with the depth no more than one device's does (-sm none; an earlier
+    # Vulkan AllReduce fell from 43.6 to 9 t/s there): what the attention's growing work
+    # costs, both pay. (ggml's own AllReduce is no reference here: on two lavapipe
+    # devices it can crash in the driver after llama-bench's warm-up; third_party/README.md.)
+    # (The first depth only warms up: lavapipe compiles a pipeline when it is first used.)
+    depths=${LONG_DEPTH:-4096,0,4096}
+    for label in none tpar; do
+      if [[ $label == none ]]; then visible=0 sm=none; else visible=$pair sm=tensor; fi
+      echo "== $label: llama-bench -sm $sm -d $depths"
+      env GGML_VK_VISIBLE_DEVICES=$visible TPAR_LOG=info "$BIN/llama-bench" -m "$MODELS/dense.gguf" -ngl 99 -fa 1 \
+          -sm $sm -p 0 -n 32 -d "$depths" -r 1 -o json > "$dir/$label.json" 2> "$dir/$label.log" ||
+        { tail -20 "$dir/$label.log"; fail "$label: llama-bench failed"; }
+      jq -r '.[] | "\(.n_depth) deep: \(.avg_ts) t/s"' "$dir/$label.json"
+    done
+    summary tpar > /dev/null
+    declined=$(summary tpar | sed -E 's/.*, ([0-9]+) declined.*/\1/' | awk '{ s += $1 } END { print s + 0 }')
+    [[ $declined -eq 0 ]] || fail "tpar: $declined calls fell back to ggml's AllReduce"
+    ratio() { jq -r '[.[] | .avg_ts] | (.[2] / .[1])' "$dir/$1.json"; }
+    r_none=$(ratio none)
+    r_tpar=$(ratio tpar)
+    echo "decode speed at depth over speed at 0: tpar $r_tpar, one device $r_none"
+    awk -v t="$r_tpar" -v g="$r_none" 'BEGIN { exit !(t >= 0.5 * g) }' || fail "tpar's decode fell with depth to $r_tpar of its speed, one device's to $r_none"
     ;;
   *) echo "case.sh: unknown case '$name'" >&2; exit 2 ;;
 esac

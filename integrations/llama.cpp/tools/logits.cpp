@@ -24,7 +24,8 @@
 namespace {
 
 const char * usage_text =
-    "usage: tpar-llama-logits run -m MODEL -o FILE [--sm none|layer|tensor] [-p TEXT] [-n N] [--ctx N]\n"
+    "usage: tpar-llama-logits run -m MODEL -o FILE [--sm none|layer|tensor] [--ts A,B,...] [-p TEXT] [-n N]\n"
+    "                             [--ctx N]\n"
     "       tpar-llama-logits compare A B [--exact | --bound X | --relative X]\n"
     "\n"
     "run      loads MODEL on every GPU layer (the devices ggml sees; GGML_VK_VISIBLE_DEVICES\n"
@@ -33,6 +34,8 @@ const char * usage_text =
     "  -m, --model FILE     GGUF model\n"
     "  -o, --output FILE    where the logits go\n"
     "  --sm MODE            split mode: none (one device, the default), layer, tensor\n"
+    "  --ts A,B,...         how much of the model each device takes, in proportion\n"
+    "                       (llama.cpp's --tensor-split; default: by free memory)\n"
     "  -p, --prompt TEXT    the prompt (default: a fixed sentence)\n"
     "  -n N                 tokens generated after the prompt (default 8)\n"
     "  --ctx N              context size (default 512)\n"
@@ -162,6 +165,7 @@ int run(const std::vector<std::string> & args) {
     std::string model_path, out, prompt = "The quick brown fox jumps over the lazy dog, and tensor parallelism splits every layer.";
     llama_split_mode mode = LLAMA_SPLIT_MODE_NONE;
     long n_gen = 8, n_ctx = 512;
+    std::vector<float> split;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string & a = args[i];
         auto value = [&]() -> std::string {
@@ -173,6 +177,22 @@ int run(const std::vector<std::string> & args) {
         else if (a == "-p" || a == "--prompt") prompt = value();
         else if (a == "-n") n_gen = parse_long("-n", value(), 0, 4096);
         else if (a == "--ctx") n_ctx = parse_long("--ctx", value(), 16, 1 << 20);
+        else if (a == "--ts" || a == "--tensor-split") {
+            const std::string v = value();
+            split.clear();
+            for (size_t at = 0; at <= v.size();) {
+                const size_t comma = std::min(v.find(',', at), v.size());
+                const std::string part = v.substr(at, comma - at);
+                char * end = nullptr;
+                const float f = std::strtof(part.c_str(), &end);
+                if (part.empty() || *end || !(f >= 0.0f) || !std::isfinite(f))
+                    usage_error("--ts takes non-negative numbers separated by commas, not '" + v + "'");
+                split.push_back(f);
+                at = comma + 1;
+            }
+            if (split.size() > llama_max_devices()) usage_error("--ts names more devices than llama.cpp supports");
+            if (std::all_of(split.begin(), split.end(), [](float f) { return f == 0.0f; })) usage_error("--ts gives every device nothing");
+        }
         else if (a == "--sm") {
             const std::string m = value();
             if (m == "none") mode = LLAMA_SPLIT_MODE_NONE;
@@ -187,6 +207,10 @@ int run(const std::vector<std::string> & args) {
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 9999;
     mp.split_mode = mode;
+    split.resize(llama_max_devices(), 0.0f);
+    bool any_split = false;
+    for (float f : split) any_split |= f > 0.0f;
+    if (any_split) mp.tensor_split = split.data();
     llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
     if (!model) {
         std::fprintf(stderr, "tpar-llama-logits: cannot load %s\n", model_path.c_str());
