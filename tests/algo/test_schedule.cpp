@@ -18,9 +18,29 @@ using namespace tpar_test;
 
 namespace {
 
+// Whether every scratch region of a ring schedule (copies into and out of it, the pack
+// and combine kernels' pieces) lies within its device's scratch_bytes: the simulator's
+// kernels do not check, and a binding of the scratch spans no more.
+bool ring_scratch_in_bounds(const Schedule& s) {
+  for (std::size_t d = 0; d < s.devices.size(); ++d)
+    for (const auto& b : s.devices[d].batches)
+      for (const auto& c : b.commands) {
+        auto within = [&](std::uint64_t offset, std::uint64_t bytes) { return offset + bytes <= s.scratch_bytes[d]; };
+        if (c.type == Command::Type::copy) {
+          if (c.src.kind == Region::Kind::scratch && !within(c.src.offset, c.bytes)) return false;
+          if (c.dst.kind == Region::Kind::scratch && !within(c.dst.offset, c.bytes)) return false;
+        } else if (c.type == Command::Type::kernel) {
+          const std::uint64_t bytes = wire_words(s.wire, c.args.count) * 4;
+          if (!within(std::uint64_t(c.args.out_off) * 4, bytes)) return false;
+          if (c.kernel == Kernel::combine && !within(std::uint64_t(c.args.in_off) * 4, bytes)) return false;
+        }
+      }
+  return true;
+}
+
 template <class Algo>
 void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_t contributing, std::size_t piece,
-                     std::uint32_t lanes, bool separate_downloads = false) {
+                     std::uint32_t lanes, bool separate_downloads = false, std::uint64_t max_scratch = 0) {
   ScheduleRequest rq;
   rq.devices = n;
   rq.count = count;
@@ -31,6 +51,7 @@ void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_
   rq.max_pieces = 3;
   rq.lanes = lanes;
   rq.separate_downloads = separate_downloads;
+  rq.max_scratch_bytes = max_scratch;
   const Schedule s = Algo::build(rq);
   CAPTURE(n);
   CAPTURE(count);
@@ -39,6 +60,9 @@ void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_
   CAPTURE(piece);
   CAPTURE(lanes);
   CAPTURE(separate_downloads);
+  CAPTURE(max_scratch);
+  if (max_scratch)
+    for (std::uint32_t d = 0; d < n; ++d) CHECK(s.scratch_bytes[d] <= max_scratch);
 
   // Integer inputs: exact, whatever the order.
   {
@@ -167,6 +191,78 @@ TEST_CASE("ChunkedRing sizes pieces by wire bytes: at least the minimum, at most
   CHECK(ChunkedRing::pieces_per_chunk(rq) == 64);
   check_algorithm<ChunkedRing>(2, 2 * 65 * 512, Wire::f32, ~0u, 512, 4);  // the capped pieces sum exactly
   check_algorithm<ChunkedRing>(3, 3 * 70 * 512 + 100, Wire::bf16, ~0u, 512, 2);
+}
+
+TEST_CASE("ChunkedRing fits its scratch in max_scratch_bytes: more pieces, then fewer lanes") {
+  constexpr std::uint64_t mib = 1 << 20, limit = 128 * mib;  // lavapipe's maxStorageBufferRange
+  // The layout of a schedule: its staging, and every command's regions and pieces.
+  auto same_layout = [](const Schedule& a, const Schedule& b) {
+    if (a.scratch_bytes != b.scratch_bytes || a.host_bytes != b.host_bytes || a.devices.size() != b.devices.size())
+      return false;
+    for (std::size_t d = 0; d < a.devices.size(); ++d) {
+      const auto &x = a.devices[d].batches, &y = b.devices[d].batches;
+      if (x.size() != y.size()) return false;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        if (x[i].role != y[i].role || x[i].commands.size() != y[i].commands.size()) return false;
+        for (std::size_t j = 0; j < x[i].commands.size(); ++j) {
+          const Command &p = x[i].commands[j], &q = y[i].commands[j];
+          if (p.type != q.type || p.src.offset != q.src.offset || p.dst.offset != q.dst.offset || p.bytes != q.bytes ||
+              p.args.count != q.args.count || p.args.user_off != q.args.user_off || p.args.in_off != q.args.in_off ||
+              p.args.out_off != q.args.out_off)
+            return false;
+        }
+      }
+    }
+    return true;
+  };
+  auto check_fits = [&](ScheduleRequest rq, std::size_t pieces_free, std::uint64_t scratch_free, std::size_t pieces_fit) {
+    CAPTURE(rq.count);
+    CAPTURE(rq.lanes);
+    CAPTURE(rq.max_pieces);
+    // No limit, or one not reached: the schedule as it always was.
+    const Schedule free = ChunkedRing::build(rq);
+    CHECK(ChunkedRing::pieces_per_chunk(rq) == pieces_free);
+    CHECK(free.scratch_bytes[0] == scratch_free);
+    rq.max_scratch_bytes = scratch_free;
+    CHECK(same_layout(ChunkedRing::build(rq), free));
+    // The limit: more pieces, each lane smaller, the same bytes through host staging.
+    rq.max_scratch_bytes = limit;
+    CHECK(ChunkedRing::pieces_per_chunk(rq) == pieces_fit);
+    const Schedule fit = ChunkedRing::build(rq);
+    for (std::uint32_t d = 0; d < rq.devices; ++d) CHECK(fit.scratch_bytes[d] <= limit);
+    CHECK(fit.host_bytes == free.host_bytes);
+    CHECK(ring_scratch_in_bounds(fit));
+  };
+  ScheduleRequest rq;
+  rq.devices = 2;
+  // 256 MiB of f32: chunks of 128 MiB, 4 pieces of 32 MiB, 4 lanes -> 256 MiB of scratch;
+  // 8 pieces of 16 MiB fit.
+  rq.count = 64 * mib;
+  check_fits(rq, 4, 256 * mib, 8);
+  // 64 MiB with one piece a chunk on 6 lanes (seen on a GPU + llvmpipe group): 32 MiB pieces
+  // -> 384 MiB; 4 pieces of 8 MiB (96 MiB) fit, 3 of 10.7 MiB not quite.
+  rq.count = 16 * mib;
+  rq.lanes = 6;
+  rq.max_pieces = 1;
+  check_fits(rq, 1, 384 * mib, 4);
+
+  // Where even max_pieces_per_chunk pieces leave the lanes too large, fewer lanes: 64
+  // pieces of 4 KiB a chunk, 8 KiB a lane, so a 16 KiB limit holds two of the four.
+  rq.count = 2 * 128 * wire_block;
+  rq.lanes = 4;
+  rq.max_scratch_bytes = 16 << 10;
+  CHECK(ChunkedRing::pieces_per_chunk(rq) == max_pieces_per_chunk);
+  const Schedule two = ChunkedRing::build(rq);
+  CHECK(two.scratch_bytes[0] == 16 << 10);
+  CHECK(ring_scratch_in_bounds(two));
+  // ... and the schedule still sums exactly, identically and within the bound.
+  for (bool separate : {false, true}) {
+    check_algorithm<ChunkedRing>(2, 2 * 128 * wire_block, Wire::f32, ~0u, 0, 4, separate, 16 << 10);
+    check_algorithm<ChunkedRing>(3, 3 * 100 * wire_block + 77, Wire::bf16, 5u, 0, 3, separate, 4 << 10);
+  }
+  // Not even one lane fits: the smallest layout, for the communicator to report.
+  rq.max_scratch_bytes = 4 << 10;
+  CHECK(ChunkedRing::build(rq).scratch_bytes[0] == 2 * 4096);
 }
 
 TEST_CASE("ChunkedRing pipelines: uploads of one piece precede downloads of the next") {

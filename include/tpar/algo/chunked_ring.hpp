@@ -41,10 +41,19 @@ struct ChunkedRing {
     return out;
   }
 
-  // Pieces per chunk: with a fixed piece size, enough that no piece exceeds it, at most
-  // max_pieces_per_chunk; else as many as keep pieces at least min_piece_wire_bytes on
-  // the wire, at most max_pieces.
-  static std::size_t pieces_per_chunk(const ScheduleRequest& rq) {
+  // Bytes of one lane's region (a piece in, a piece out use two): the largest piece on
+  // the wire.
+  static std::uint64_t lane_bytes_for(const ScheduleRequest& rq, std::size_t per_chunk) {
+    std::size_t largest = 0;
+    for (std::uint32_t c = 0; c < rq.devices; ++c)
+      for (const auto& p : pieces(rq.count, rq.devices, c, per_chunk)) largest = std::max(largest, p.size());
+    return detail::align_up(std::max<std::uint64_t>(wire_words(rq.wire, largest) * 4, 4), detail::region_align);
+  }
+
+  // The pieces per chunk the request asks for: with a fixed piece size, enough that no
+  // piece exceeds it, at most max_pieces_per_chunk; else as many as keep pieces at least
+  // min_piece_wire_bytes on the wire, at most max_pieces.
+  static std::size_t preferred_pieces(const ScheduleRequest& rq) {
     const std::size_t blocks = (rq.count + wire_block - 1) / wire_block;
     const std::size_t max_chunk_blocks = (blocks + rq.devices - 1) / rq.devices;
     if (rq.piece_elems) {
@@ -56,20 +65,36 @@ struct ChunkedRing {
     return std::clamp<std::size_t>(pieces, 1, std::max<std::uint32_t>(rq.max_pieces, 1));
   }
 
+  // Pieces per chunk: those asked for, or where their lanes would not fit in
+  // max_scratch_bytes (a kernel binds the whole scratch), more and smaller ones, up to
+  // max_pieces_per_chunk: a call that runs beats one that cannot.
+  static std::size_t pieces_per_chunk(const ScheduleRequest& rq) {
+    std::size_t per_chunk = preferred_pieces(rq);
+    if (rq.max_scratch_bytes) {
+      const std::uint64_t lanes = std::max<std::uint32_t>(rq.lanes, 1);
+      while (per_chunk < max_pieces_per_chunk && 2 * lanes * lane_bytes_for(rq, per_chunk) > rq.max_scratch_bytes) ++per_chunk;
+    }
+    return per_chunk;
+  }
+
+  // Lanes the scratch holds: those asked for, fewer where even the most pieces leave them
+  // too large for max_scratch_bytes (at least one; what still does not fit, the
+  // communicator reports).
+  static std::uint32_t lanes_for(const ScheduleRequest& rq, std::uint64_t lane_bytes) {
+    const std::uint32_t lanes = std::max<std::uint32_t>(rq.lanes, 1);
+    if (!rq.max_scratch_bytes) return lanes;
+    return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(rq.max_scratch_bytes / (2 * lane_bytes), 1, lanes));
+  }
+
   static Schedule build(const ScheduleRequest& rq) {
     rq.validate_enums();
     using detail::align_up;
     const std::uint32_t n = rq.devices;
     const std::size_t per_chunk = pieces_per_chunk(rq);
     std::vector<std::vector<Piece>> chunk(n);
-    std::size_t largest = 0;
-    for (std::uint32_t c = 0; c < n; ++c) {
-      chunk[c] = pieces(rq.count, n, c, per_chunk);
-      for (const auto& p : chunk[c]) largest = std::max(largest, p.size());
-    }
-    const std::uint64_t lane_bytes = align_up(std::max<std::uint64_t>(wire_words(rq.wire, largest) * 4, 4),
-                                              detail::region_align);
-    const std::uint32_t lanes = std::max<std::uint32_t>(rq.lanes, 1);
+    for (std::uint32_t c = 0; c < n; ++c) chunk[c] = pieces(rq.count, n, c, per_chunk);
+    const std::uint64_t lane_bytes = lane_bytes_for(rq, per_chunk);
+    const std::uint32_t lanes = lanes_for(rq, lane_bytes);
     auto recv_region = [&](std::uint32_t lane) { return 2 * lane * lane_bytes; };
     auto send_region = [&](std::uint32_t lane) { return (2 * lane + 1) * lane_bytes; };
     const std::uint32_t steps = 2 * (n - 1);

@@ -22,6 +22,10 @@ struct ScheduleRequest {
   std::size_t min_piece_wire_bytes = std::size_t{1} << 20;
   std::uint32_t max_pieces = 4;
   std::uint32_t lanes = 4;                // ChunkedRing: pieces in flight per device
+  // The smallest maxStorageBufferRange in the group, or 0 for no limit: a kernel binds a
+  // device's whole scratch, so ChunkedRing cuts more pieces (then uses fewer lanes) where
+  // the layout asked for would not fit one binding.
+  std::uint64_t max_scratch_bytes = 0;
   // ChunkedRing: each download (a peer's piece from host staging into scratch) is a batch
   // of its own (Role::download, the device's second copy engine), the combine a compute
   // batch waiting on it; else download and combine are one compute-queue batch.

@@ -370,6 +370,10 @@ class Communicator {
     rq.min_piece_wire_bytes = options_.min_piece_wire_bytes;
     rq.max_pieces = options_.max_pieces;
     rq.lanes = options_.lanes;
+    for (std::size_t d = 0; d < n; ++d) {
+      const std::uint64_t range = group_[d].capabilities().max_storage_buffer_range;
+      rq.max_scratch_bytes = d ? std::min(rq.max_scratch_bytes, range) : range;
+    }
     rq.separate_downloads = options_.downloads == DownloadQueue::separate;
     rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
     rq.oneshot_max_bytes = options_.oneshot_max_bytes;
@@ -505,11 +509,18 @@ class Communicator {
                       std::string(built->algorithm) + " publishes " + std::to_string(built->host_bytes[d]) +
                           " bytes of host staging from a kernel, more than device " + std::to_string(d) +
                           " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
+        // Every other algorithm's scratch grows with the tensor, the ring's with its pieces
+        // only; and the ring already took the most pieces and the fewest lanes that fit
+        // (max_scratch_bytes), so only a smaller call helps it.
         if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
           throw Error(ErrorCode::unsupported,
                       std::string(built->algorithm) + " needs " + std::to_string(scratch_need) +
                           " bytes of scratch for this call, more than device " + std::to_string(d) +
-                          " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
+                          " can bind (maxStorageBufferRange)" +
+                          (built->algorithm == ChunkedRing::name
+                               ? " even with " + std::to_string(max_pieces_per_chunk) +
+                                     " pieces a chunk on one lane; reduce the tensor in smaller calls"
+                               : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
       }
     }
     const auto host_cap = host_capacity_.update(host_need);
@@ -563,7 +574,11 @@ class Communicator {
         // Binding 2: this device's own host staging for the parity's call, where kernels
         // that publish write; plans that do not publish from a kernel get the scratch
         // there, as every binding must hold a valid buffer.
-        const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0, VK_WHOLE_SIZE);
+        // The scratch may have grown past what any plan addresses (Capacity's headroom),
+        // beyond what one binding may span: bind at most maxStorageBufferRange of it.
+        const vk::DeviceSize range_limit = group_[d].capabilities().max_storage_buffer_range;
+        const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0,
+                                               generation_->scratch_bytes() > range_limit ? range_limit : VK_WHOLE_SIZE);
         const bool relay = is_relay(*plan);  // bindings 1 and 2: the device's slot and publish area
         const HostTraffic traffic = kernel_host_traffic(plan->schedule.wire, plan->schedule.devices[d]);
         const bool publishes = traffic.to_host > 0 && n > 1;
