@@ -332,12 +332,12 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<
   }
   // Where it could wait in its kernels on distinct GPUs, measurement decides: on two H200s
   // (2026-11-24, docs/design/relay-two-gpus.md), one call per submission, a 16 KiB relay
-  // call took 36.6-74.7 us against OneShot's 32.1-55.6 in three runs; only at 4 KiB, on
+  // call took 32.0-74.7 us against OneShot's 31.2-55.6 in three runs; only at 4 KiB, on
   // one of the two machines, was it faster. So the automatic choice keeps OneShot, and the
   // relay runs when asked for.
   gate.reason = "every device maps device-local memory to the host and the devices are distinct physical devices, so the "
                 "relay can run (TPAR_ALGO=relay); it is not chosen by itself, as on two H200s it was slower than OneShot "
-                "(16 KiB: 36.6-74.7 against 32.1-55.6 us in three runs, one call per submission)";
+                "(16 KiB: 32.0-74.7 against 31.2-55.6 us in three runs, one call per submission)";
   return gate;
 }
 
