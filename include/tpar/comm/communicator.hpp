@@ -232,22 +232,10 @@ class Communicator {
     try {
       for (std::size_t d = 0; d < n; ++d) submit_pending(d);
     } catch (...) {
-      abandon_pending();
-      pending_.clear();  // the communicator failed; its tickets report that
-      if (relay_) relay_->abort();
+      drop_pending();  // the communicator failed; its tickets report that
       throw;
     }
-    // Only now tell the sync policy what the queues wait for, so that no value is
-    // signalled to a device before its wait on that value was submitted.
-    for (const auto& p : pending_)
-      for (std::size_t d = 0; d < n; ++d)
-        for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
-          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
-    // The relay's thread serves a call only once its batches are on the queues.
-    std::uint64_t relay_calls = 0;
-    for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
-    if (relay_calls) relay_->submitted(relay_calls);
-    pending_.clear();
+    pending_on_queues();
     deferral_->submitted_calls.store(calls_, std::memory_order_release);
   }
 
@@ -329,20 +317,11 @@ class Communicator {
       for (auto& f : flushed_) f.clear();
       for (std::size_t d = 0; d < n; ++d) flushed_[d].push_back({out[d].infos(false), d < reached.size() ? reached[d] : 0});
       health_->fail(Error(ErrorCode::failed, "the host's submission carrying tpar's batches failed"));
-      abandon_pending();
-      pending_.clear();
-      if (relay_) relay_->abort();
+      drop_pending();
       return;
     }
-    for (const auto& p : pending_)
-      for (std::size_t d = 0; d < n; ++d)
-        for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
-          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
-    std::uint64_t relay_calls = 0;
-    for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
-    if (relay_calls) relay_->submitted(relay_calls);
+    pending_on_queues();
     for (auto& c : ctx_) std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
-    pending_.clear();
     // Where the host still holds batches of these calls, a ticket's wait must have them
     // submitted first (flush() runs the host's hook): they count as submitted only then.
     bool all_out = true;
@@ -818,6 +797,29 @@ class Communicator {
   // before it (a host signal may not pass a signal still pending on the GPU), so that
   // every queue drains, bounded by the timeout. The communicator is failed already; the
   // calls' buffers hold undefined values.
+  // The pending calls' batches reached the queues (flush(), or the host's submission
+  // that carried them): only now tell the sync policy what the queues wait for, so that
+  // no value is signalled to a device before its wait on that value was submitted; and
+  // the relay's thread serves a call only once its batches are on the queues.
+  void pending_on_queues() {
+    const std::size_t n = size();
+    for (const auto& p : pending_)
+      for (std::size_t d = 0; d < n; ++d)
+        for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
+          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
+    std::uint64_t relay_calls = 0;
+    for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
+    if (relay_calls) relay_->submitted(relay_calls);
+    pending_.clear();
+  }
+
+  // They never will: release what they hold, and end the relay's calls.
+  void drop_pending() {
+    abandon_pending();
+    pending_.clear();
+    if (relay_) relay_->abort();
+  }
+
   void abandon_pending() noexcept {
     try {
       const std::size_t n = size();
