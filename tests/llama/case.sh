@@ -169,13 +169,17 @@ case "$name" in
     compare tpar none $bound_vs_none
     ;;
   server)
-    # Two requests in a row to one llama-server with -sm tensor through tpar (users of an
-    # earlier Vulkan AllReduce saw the second slow to a crawl): both must give the text
-    # ggml's own AllReduce gives, and the second must run at least half as fast as the first.
+    # Requests in a row to one llama-server with -sm tensor through tpar (users of an
+    # earlier Vulkan AllReduce saw the second slow to a crawl, 2 t/s from 40): each must
+    # give the text ggml's own AllReduce gives, and the later ones must not crawl: the
+    # faster of requests 2 and 3 runs at least half as fast as the first. (The best of
+    # two, and the case runs alone (RUN_SERIAL): a lasting slowdown fails it, a moment's
+    # load on the machine does not.)
     # (A grammar keeps the random model's text to letters: the server rejects output that
     # is not valid UTF-8.)
     [[ -x "$BIN/llama-server" ]] || fail "no llama-server in $BIN"
-    serve() {  # LABEL [ENV...]: two completions from a fresh server into $dir/LABEL-{1,2}.json
+    requests=3
+    serve() {  # LABEL [ENV...]: $requests completions from a fresh server into $dir/LABEL-{1,2,...}.json
       local label=$1; shift
       local port=$((20000 + RANDOM % 20000))
       env "$@" GGML_VK_VISIBLE_DEVICES=0,0 TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/dense.gguf" -ngl 99 -fa on \
@@ -192,7 +196,7 @@ case "$name" in
         tail -30 "$dir/$label-server.log"
         fail "$label: llama-server did not come up"
       fi
-      for k in 1 2; do
+      for k in $(seq 1 $requests); do
         curl -sf -m 300 "http://127.0.0.1:$port/completion" -H 'Content-Type: application/json' \
           -d '{"prompt": "The quick brown fox jumps over the lazy dog, and then", "n_predict": 32, "temperature": 0, "ignore_eos": true, "cache_prompt": false, "grammar": "root ::= [a-z ]+"}' \
           > "$dir/$label-$k.json" || { kill "$pid"; fail "$label: request $k failed"; }
@@ -204,15 +208,16 @@ case "$name" in
     serve ggml GGML_VK_DISABLE_TPAR=1
     serve tpar TPAR_WIRE=f32
     check_served tpar-server 2  # (its summary comes when the server shuts down and frees the model)
-    for k in 1 2; do
+    for k in $(seq 1 $requests); do
       want=$(jq -r .content "$dir/ggml-$k.json")
       got=$(jq -r .content "$dir/tpar-$k.json")
       [[ -n "$got" && "$got" == "$want" ]] || fail "request $k: tpar's text differs from ggml's AllReduce's: '$got' vs '$want'"
     done
-    first=$(jq -r .timings.predicted_per_second "$dir/tpar-1.json")
-    second=$(jq -r .timings.predicted_per_second "$dir/tpar-2.json")
-    echo "tpar: request 1 at $first tokens/s, request 2 at $second tokens/s"
-    awk -v a="$first" -v b="$second" 'BEGIN { exit !(b >= 0.5 * a) }' || fail "the second request ran at $second tokens/s against $first"
+    speed() { jq -r .timings.predicted_per_second "$dir/tpar-$1.json"; }
+    first=$(speed 1) second=$(speed 2) third=$(speed 3)
+    echo "tpar: request 1 at $first tokens/s, request 2 at $second, request 3 at $third"
+    awk -v a="$first" -v b="$second" -v c="$third" 'BEGIN { exit !((b > c ? b : c) >= 0.5 * a) }' ||
+      fail "the later requests ran at $second and $third tokens/s against $first"
     ;;
   long-context)
     # Decode 4096 tokens deep (llama-bench -d): tpar serves every call, and its decode
@@ -220,12 +225,16 @@ case "$name" in
     # Vulkan AllReduce fell from 43.6 to 9 t/s there): what the attention's growing work
     # costs, both pay. (ggml's own AllReduce is no reference here: on two lavapipe
     # devices it can crash in the driver after llama-bench's warm-up; third_party/README.md.)
-    # (The first depth only warms up: lavapipe compiles a pipeline when it is first used.)
+    # (The first depth only warms up: lavapipe compiles a pipeline when it is first used.
+    # The model is 64 wide with two heads, one a device: filling 4096 tokens of context
+    # costs lavapipe 4x less than with the 256-wide model, 110 s in all instead of 460
+    # on a 2-core machine, and the depth still costs a token: one device decoded at 60 t/s
+    # at depth 0 and 36 at 4096 there.)
     depths=${LONG_DEPTH:-4096,0,4096}
     for label in none tpar; do
       if [[ $label == none ]]; then visible=0 sm=none; else visible=$pair sm=tensor; fi
       echo "== $label: llama-bench -sm $sm -d $depths"
-      env GGML_VK_VISIBLE_DEVICES=$visible TPAR_LOG=info "$BIN/llama-bench" -m "$MODELS/dense.gguf" -ngl 99 -fa 1 \
+      env GGML_VK_VISIBLE_DEVICES=$visible TPAR_LOG=info "$BIN/llama-bench" -m "$MODELS/narrow.gguf" -ngl 99 -fa 1 \
           -sm $sm -p 0 -n 32 -d "$depths" -r 1 -o json > "$dir/$label.json" 2> "$dir/$label.log" ||
         { tail -20 "$dir/$label.log"; fail "$label: llama-bench failed"; }
       jq -r '.[] | "\(.n_depth) deep: \(.avg_ts) t/s"' "$dir/$label.json"
