@@ -1,7 +1,8 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // combine — one step of the ring. in = dec(wire piece at in_off), user = user.v[user_off + i].
-//   mode 0 ADD_FWD:    acc = user + in (f32); enc(acc) to out_off. user.v is not written.
+//   mode 0 ADD_FWD:    acc = user + in (f32, subnormals flushed: add_flushed in
+//                      wire.glsl); enc(acc) to out_off. user.v is not written.
 //   mode 1 COPY:       the wire words at in_off to out_off, verbatim (f16 scales too).
 //   mode 2 ADD_FINAL:  acc = user + in; w = enc(acc) to out_off; user = dec(w), so the
 //                      owner keeps exactly what its peers will decode.
@@ -33,7 +34,7 @@ void main() {
       if (mode != COPY) store_user(e, valid, decode_raw(in_raw));
       continue;
     }
-    const vec2 acc = load_user(e, valid) + decode_raw(in_raw);
+    const vec2 acc = add_flushed(load_user(e, valid), decode_raw(in_raw));
     const int k = scaled ? block_shift(acc, valid, it) : 0;
     const uvec2 out_raw = encode_raw(acc, valid, k);
     store_raw(pc.out_off, n, b, t, out_raw);

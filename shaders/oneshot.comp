@@ -10,7 +10,8 @@
 //                   piece at in_off of peer[j] (source j's host staging, read in place:
 //                   no copy, no barrier). Needs nseg <= MAX_DIRECT_PEERS.
 // The sum starts from the first contributing segment's value (so -0 stays -0) and adds
-// the others in order, in f32; with no contributing segment it is +0.
+// the others in order, in f32 with subnormals flushed (flush_subnormal, wire.glsl); with
+// no contributing segment it is +0.
 #include "piece.glsl"
 
 const uint SCRATCH = 0u;
@@ -66,8 +67,8 @@ void main() {
       if (!direct) r = load_raw(pc.in_off + j * pc.seg_words, n, b, t);
       else if (j == pc.self) r = load_raw(pc.out_off, n, b, t);
       else r = load_raw_peer(j, pc.in_off, n, b, t);
-      const vec2 x = decode_raw(r);
-      acc = first ? x : acc + x;
+      const vec2 x = flush_subnormal(decode_raw(r));
+      acc = first ? x : add_flushed(acc, x);
       first = false;
     }
     store_user(e, valid, acc);

@@ -88,4 +88,16 @@ float f16_decode(uint h, int k) {
   return uintBitsToFloat(s | (uint(e32) << 23) | mant32);
 }
 
+// Subnormals flushed to zero of their sign, with integer operations: every operand and
+// every sum of tpar's kernels passes through it, so a driver's choice to flush or keep
+// them in arithmetic changes nothing (flush_subnormal in wire_codec.hpp).
+float flush_subnormal(float x) {
+  const uint b = floatBitsToUint(x);
+  return (b & 0x7F800000u) == 0u ? uintBitsToFloat(b & 0x80000000u) : x;
+}
+
+vec2 flush_subnormal(vec2 x) { return vec2(flush_subnormal(x.x), flush_subnormal(x.y)); }
+
+vec2 add_flushed(vec2 a, vec2 b) { return flush_subnormal(flush_subnormal(a) + flush_subnormal(b)); }
+
 #endif  // TPAR_WIRE_GLSL

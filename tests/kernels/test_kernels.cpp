@@ -4,11 +4,13 @@
 // tpar/detail/wire_codec.hpp. Words around every output and user values outside the
 // piece are checked to stay as they were.
 //
-// Test values avoid f32 subnormals anywhere a shader does arithmetic (Vulkan lets
-// shader arithmetic flush them): every finite non-zero value has magnitude >= 2^-100,
-// so every sum and every decoded value is zero, normal or infinite. Infinities and NaNs
-// (signalling ones too) only go where shaders move and bit-test values without
-// arithmetic: pack's encoding, COPY, COPY_FINAL and UNPACK.
+// Subnormals: Vulkan lets shader arithmetic flush or keep them, and the kernels flush
+// every operand and sum themselves (flush_subnormal), so blocks of them, and of normal
+// values near 2^-126 whose sums cancel into the subnormal range, go everywhere, and the
+// host reference flushes as the kernels do: a device that kept them would fail here.
+// Other values are zero or of magnitude >= 2^-100. Infinities and NaNs (signalling
+// ones too) only go where shaders move and bit-test values without arithmetic: pack's
+// encoding, COPY, COPY_FINAL and UNPACK.
 
 #ifndef VULKAN_HPP_DISPATCH_LOADER_DYNAMIC
 #define VULKAN_HPP_DISPATCH_LOADER_DYNAMIC 1
@@ -524,6 +526,7 @@ enum class Kind {
   saturate,   // bf16 rounding past its largest finite value
   specials,   // +-inf and NaN mixed in (encoding paths only)
   nonfinite,  // a block of only inf/NaN/zeros (encoding paths only)
+  subnormal,  // f32 subnormals, and normal values within 2^-124 whose sums may be subnormal
 };
 
 float value_of(Kind kind, Rng& rng, int block_exponent) {
@@ -544,6 +547,9 @@ float value_of(Kind kind, Rng& rng, int block_exponent) {
     }
     case Kind::tiny:
       return (sign ? -1e-30f : 1e-30f) * (1.0f + static_cast<float>(rng.below(3000)) / 1000.0f);
+    case Kind::subnormal:
+      if (rng.below(2)) return codec::bits_f32((sign << 31) | (mant == 0 ? 1u : mant));  // exponent field 0
+      return make_float(sign, -126 + rng.range(0, 1), mant);
     case Kind::zeros:
       return rng.below(8) == 0 ? make_float(sign, rng.range(-20, 20), mant) : (sign ? -0.0f : 0.0f);
     case Kind::ties: {
@@ -586,23 +592,24 @@ float value_of(Kind kind, Rng& rng, int block_exponent) {
 // n values, one Kind per 512-value block (counted from the piece start, like the f16
 // scale blocks). Non-finite values only when `specials`.
 std::vector<float> make_values(std::size_t n, Rng& rng, bool specials) {
-  static constexpr Kind finite_kinds[] = {Kind::varied, Kind::narrow, Kind::huge,    Kind::tiny,
-                                          Kind::zeros,  Kind::ties,   Kind::saturate};
+  static constexpr Kind finite_kinds[] = {Kind::varied, Kind::narrow,   Kind::huge,     Kind::tiny,
+                                          Kind::zeros,  Kind::ties,     Kind::saturate, Kind::subnormal};
+  constexpr std::uint32_t finite = std::size(finite_kinds);
   std::vector<float> v(n);
   for (std::size_t lo = 0; lo < n; lo += tpar::wire_block) {
     Kind kind;
-    const std::uint32_t pick = rng.below(specials ? 9 : 7);
-    if (pick < 7)
+    const std::uint32_t pick = rng.below(specials ? finite + 2 : finite);
+    if (pick < finite)
       kind = finite_kinds[pick];
     else
-      kind = pick == 7 ? Kind::specials : Kind::nonfinite;
+      kind = pick == finite ? Kind::specials : Kind::nonfinite;
     const int block_exponent = rng.range(-60, 60);
     const std::size_t hi = std::min(n, lo + tpar::wire_block);
     for (std::size_t i = lo; i < hi; ++i) {
       v[i] = value_of(kind, rng, block_exponent);
       const std::uint32_t b = codec::f32_bits(v[i]);
       const std::uint32_t e = (b >> 23) & 0xFFu;
-      if (e != 0 && e != 0xFFu && static_cast<int>(e) - 127 < min_exponent)
+      if (kind != Kind::subnormal && e != 0 && e != 0xFFu && static_cast<int>(e) - 127 < min_exponent)
         v[i] = codec::bits_f32(b & 0x80000000u);  // stay clear of subnormal sums
     }
   }
@@ -836,7 +843,7 @@ void combine_cases(std::uint32_t mode) {
         };
         if (adds) {
           std::vector<float> acc(n);
-          for (std::size_t i = 0; i < n; ++i) acc[i] = user_x[i] + in_x[i];
+          for (std::size_t i = 0; i < n; ++i) acc[i] = codec::add_flushed(user_x[i], in_x[i]);
           const auto out = encode(wire, acc);
           std::copy(out.begin(), out.end(), want.scratch.begin() + l.out_off);
           if (mode == add_final) set_user(decode(wire, out.data(), n));
@@ -947,7 +954,7 @@ void oneshot_cases(const MaskCase& mc, std::optional<std::uint32_t> self = std::
           std::copy(words.begin(), words.end(), at);
           if (j >= 32 || !((mc.mask >> j) & 1u)) continue;
           const auto x = decode(wire, words.data(), n);
-          for (std::size_t i = 0; i < n; ++i) sum[i] = first ? x[i] : sum[i] + x[i];
+          for (std::size_t i = 0; i < n; ++i) sum[i] = first ? codec::flush_subnormal(x[i]) : codec::add_flushed(sum[i], x[i]);
           first = false;
         }
         Buffers want = init;

@@ -49,7 +49,7 @@ inline void run_kernel(Wire w, const Command& c, std::vector<SimDevice>& devs, s
       switch (mode) {
         case CombineMode::add_forward:
         case CombineMode::add_final:
-          for (std::size_t i = 0; i < a.count; ++i) acc[i] = user[a.user_off + i] + in[i];
+          for (std::size_t i = 0; i < a.count; ++i) acc[i] = detail::add_flushed(user[a.user_off + i], in[i]);
           detail::encode_piece(w, acc.data(), a.count, scratch + a.out_off);
           if (mode == CombineMode::add_final) detail::decode_piece(w, scratch + a.out_off, a.count, user + a.user_off);
           return;
@@ -82,7 +82,7 @@ inline void run_kernel(Wire w, const Command& c, std::vector<SimDevice>& devs, s
           seg = devs[j].host.data() + a.in_off;
         }
         detail::decode_piece(w, seg, a.count, in.data());
-        for (std::size_t i = 0; i < a.count; ++i) sum[i] = first ? in[i] : sum[i] + in[i];
+        for (std::size_t i = 0; i < a.count; ++i) sum[i] = first ? detail::flush_subnormal(in[i]) : detail::add_flushed(sum[i], in[i]);
         first = false;
       }
       std::copy(sum.begin(), sum.end(), user + a.user_off);

@@ -88,6 +88,18 @@ inline float f16_decode(std::uint32_t h, std::int32_t k) {
   return bits_f32(s | (static_cast<std::uint32_t>(e32) << 23) | mant32);
 }
 
+// Sums are made in f32 with subnormals (magnitude below 2^-126) flushed to zero of their
+// sign, every operand and every sum: Vulkan lets each driver flush or keep them in shader
+// arithmetic, so the kernels flush them themselves, with integer operations, and devices
+// of every driver agree bit for bit (docs/numerics.md). The sum of two values that are
+// zero or normal is exact whenever it is subnormal, so no rounding mode enters.
+inline float flush_subnormal(float x) {
+  const std::uint32_t b = f32_bits(x);
+  return (b & 0x7F800000u) == 0u ? bits_f32(b & 0x80000000u) : x;
+}
+
+inline float add_flushed(float a, float b) { return flush_subnormal(flush_subnormal(a) + flush_subnormal(b)); }
+
 // Encodes `count` values into wire_words(w, count) words at `out`.
 inline void encode_piece(Wire w, const float* x, std::size_t count, std::uint32_t* out) {
   if (w == Wire::f32) {

@@ -22,6 +22,7 @@
 #include <tpar/core/log.hpp>
 #include <tpar/staging/host_import.hpp>
 #include <tpar/detail/align.hpp>
+#include <tpar/detail/wire_codec.hpp>
 #include <tpar/sync/concepts.hpp>
 #include <tpar/sync/timeline.hpp>
 #include <tpar/vk/device_group.hpp>
@@ -437,15 +438,18 @@ class RelayHub {
           values[i] = std::bit_cast<float>(static_cast<std::uint32_t>(u));
         }
         // Each value came in one 8-byte load with its stamp: nothing else needs ordering.
-        if (first) std::copy_n(values, m, acc);
+        // Subnormals flushed as the kernels flush them (wire_codec.hpp).
+        if (first)
+          for (std::size_t i = 0; i < m; ++i) acc[i] = flush_subnormal(values[i]);
         else
-          for (std::size_t i = 0; i < m; ++i) acc[i] += values[i];
+          for (std::size_t i = 0; i < m; ++i) acc[i] = add_flushed(acc[i], values[i]);
         first = false;
       }
       for (const auto& peer : peers_) {
-        if (first) std::copy_n(peer.data() + base, m, acc);
+        if (first)
+          for (std::size_t i = 0; i < m; ++i) acc[i] = flush_subnormal(peer[base + i]);
         else
-          for (std::size_t i = 0; i < m; ++i) acc[i] += peer[base + i];
+          for (std::size_t i = 0; i < m; ++i) acc[i] = add_flushed(acc[i], peer[base + i]);
         first = false;
       }
       if (first) std::fill_n(acc, m, 0.0f);
