@@ -30,17 +30,22 @@ double bound_with_floor(Wire wire, std::size_t n, double magnitude) {
   return double(n) * (wire_unit_roundoff(wire) + std::ldexp(1.0, -24)) * 1.0001 * magnitude + double(n) * std::ldexp(1.0, -126);
 }
 
-Seen run(VkEnv& env, AlgoChoice algo, Wire wire, const std::vector<std::vector<float>>& x) {
-  const std::size_t n = x.size(), count = x[0].size();
+// Every device's result of one AllReduce of x (x[d]: device d's input).
+std::vector<std::vector<float>> reduce(VkEnv& env, AlgoChoice algo, Wire wire, const std::vector<std::vector<float>>& x) {
   Options o;
   o.algo = algo;
   o.wire = wire;
   o.timeout = test_timeout;
   Communicator<ProxyBridge> comm(env.group(), o);
-  Rig rig(env.group(), count);
+  Rig rig(env.group(), x[0].size());
   rig.write(x);
   comm.allreduce(rig.spans()).wait();
-  const auto got = rig.read();
+  return rig.read();
+}
+
+Seen run(VkEnv& env, AlgoChoice algo, Wire wire, const std::vector<std::vector<float>>& x) {
+  const std::size_t n = x.size(), count = x[0].size();
+  const auto got = reduce(env, algo, wire, x);
   Seen s;
   s.worst_excess = -1;
   for (std::size_t d = 1; d < n; ++d) s.identical &= bit_identical(got[d], got[0]);
@@ -152,15 +157,7 @@ TEST_CASE("subnormals: flushed to zero of their sign in every sum, the same on e
   // may round both to one magnitude, whose sum is +0).
   for (AlgoChoice algo : algos) {
     CAPTURE(to_string(algo));
-    Options o;
-    o.algo = algo;
-    o.wire = Wire::f32;
-    o.timeout = test_timeout;
-    Communicator<ProxyBridge> comm(env.group(), o);
-    Rig rig(env.group(), count);
-    rig.write(cancel);
-    comm.allreduce(rig.spans()).wait();
-    const auto got = rig.read();
+    const auto got = reduce(env, algo, Wire::f32, cancel);
     std::size_t signs_right = 0;
     for (std::size_t i = 0; i < count; ++i)
       signs_right += std::signbit(got[0][i]) == ((double(cancel[0][i]) + double(cancel[1][i])) < 0);
