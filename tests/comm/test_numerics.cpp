@@ -165,7 +165,7 @@ TEST_CASE("subnormals: flushed to zero of their sign in every sum, the same on e
   }
 }
 
-TEST_CASE("sums past the largest finite f32 become infinite in each algorithm's own order; devices agree") {
+TEST_CASE("sums past the largest finite f32 become infinite in each algorithm's own order, and devices agree") {
   VkEnv env(3, {.old_layer_ok = false});
   if (!env.ok()) return;
   auto constant = [](std::initializer_list<float> per_device) {
