@@ -226,10 +226,11 @@ case "$name" in
     # costs, both pay. (ggml's own AllReduce is no reference here: on two lavapipe
     # devices it can crash in the driver after llama-bench's warm-up; third_party/README.md.)
     # (The first depth only warms up: lavapipe compiles a pipeline when it is first used.
-    # The model is 64 wide with two heads, one a device: filling 4096 tokens of context
-    # costs lavapipe 4x less than with the 256-wide model, 110 s in all instead of 460
-    # on a 2-core machine, and the depth still costs a token: one device decoded at 60 t/s
-    # at depth 0 and 36 at 4096 there.)
+    # The model is 64 wide with two heads, one a device: with one llama.cpp build on an
+    # idle 2-core machine, these two llama-bench runs took 110 s against 458 s with the
+    # 256-wide model, yet the case took 417-458 s in fresh-clone CI runs, about what it
+    # took before: why is not known. The depth still costs a token: one device decoded
+    # at 60 t/s at depth 0 and 36 at 4096.)
     depths=${LONG_DEPTH:-4096,0,4096}
     for label in none tpar; do
       if [[ $label == none ]]; then visible=0 sm=none; else visible=$pair sm=tensor; fi
