@@ -790,13 +790,6 @@ class Communicator {
     std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
   }
 
-  // After a vkQueueSubmit failed part-way through flush(): the batches that reached a
-  // queue may wait on values that only the batches that did not would have signalled
-  // (a peer's uploads, this device's other queue). The sync policy releases its waiters,
-  // and those values are signalled from the host, each once the GPU reached the value
-  // before it (a host signal may not pass a signal still pending on the GPU), so that
-  // every queue drains, bounded by the timeout. The communicator is failed already; the
-  // calls' buffers hold undefined values.
   // The pending calls' batches reached the queues (flush(), or the host's submission
   // that carried them): only now tell the sync policy what the queues wait for, so that
   // no value is signalled to a device before its wait on that value was submitted; and
@@ -820,6 +813,13 @@ class Communicator {
     if (relay_) relay_->abort();
   }
 
+  // After a vkQueueSubmit failed part-way through flush(): the batches that reached a
+  // queue may wait on values that only the batches that did not would have signalled
+  // (a peer's uploads, this device's other queue). The sync policy releases its waiters,
+  // and those values are signalled from the host, each once the GPU reached the value
+  // before it (a host signal may not pass a signal still pending on the GPU), so that
+  // every queue drains, bounded by the timeout. The communicator is failed already; the
+  // calls' buffers hold undefined values.
   void abandon_pending() noexcept {
     try {
       const std::size_t n = size();

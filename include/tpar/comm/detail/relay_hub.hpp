@@ -417,6 +417,11 @@ class RelayHub {
     for (std::size_t base = 0; base < c.count; base += chunk) {
       const std::size_t m = std::min(chunk, c.count - base);
       bool first = true;
+      // One contribution into acc, subnormals flushed as the kernels flush them (wire_codec.hpp).
+      const auto add = [&](const float* x) {
+        for (std::size_t i = 0; i < m; ++i) acc[i] = first ? flush_subnormal(x[i]) : add_flushed(acc[i], x[i]);
+        first = false;
+      };
       for (std::size_t d = 0; d < n_; ++d) {
         if (!contributes(d)) continue;
         // One pass: each value is read until it carries the call's stamp, then kept (a
@@ -438,20 +443,9 @@ class RelayHub {
           values[i] = std::bit_cast<float>(static_cast<std::uint32_t>(u));
         }
         // Each value came in one 8-byte load with its stamp: nothing else needs ordering.
-        // Subnormals flushed as the kernels flush them (wire_codec.hpp).
-        if (first)
-          for (std::size_t i = 0; i < m; ++i) acc[i] = flush_subnormal(values[i]);
-        else
-          for (std::size_t i = 0; i < m; ++i) acc[i] = add_flushed(acc[i], values[i]);
-        first = false;
+        add(values);
       }
-      for (const auto& peer : peers_) {
-        if (first)
-          for (std::size_t i = 0; i < m; ++i) acc[i] = flush_subnormal(peer[base + i]);
-        else
-          for (std::size_t i = 0; i < m; ++i) acc[i] = add_flushed(acc[i], peer[base + i]);
-        first = false;
-      }
+      for (const auto& peer : peers_) add(peer.data() + base);
       if (first) std::fill_n(acc, m, 0.0f);
       if (base == 0) arrived = std::chrono::steady_clock::now();
       for (std::size_t d = 0; d < n_; ++d)
