@@ -13,7 +13,9 @@
 #include "support/test_timeline.hpp"
 #include "support/vk_env.hpp"
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 using namespace tpar;
@@ -139,7 +141,91 @@ void run_chain(Chain& chain, StreamAllreduce<AnyCommunicator>& ar, const TestTim
   chain.check();
 }
 
+// The same chain with a thread per device: the main thread makes every step's call
+// (allreduce_split, submitting nothing), each device's thread submits its host work and
+// then its part of the call (enqueue), as a meta backend with a thread per device does.
+// The main thread runs ahead of the devices' threads by up to `lead` calls.
+void run_chain_threads(Chain& chain, StreamAllreduce<AnyCommunicator>& ar, std::size_t lead) {
+  const std::size_t n = chain.sides.size();
+  const auto spans = chain.spans();
+  std::atomic<std::size_t> made{0};
+  std::vector<std::atomic<std::size_t>> done(n);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (std::size_t d = 0; d < n; ++d)
+    threads.emplace_back([&, d] {
+      try {
+        for (std::size_t k = 0; k < chain.steps; ++k) {
+          chain.host_step(d, k);
+          while (made.load(std::memory_order_acquire) <= k) std::this_thread::yield();
+          ar.enqueue(d);
+          done[d].store(k + 1, std::memory_order_release);
+        }
+        chain.host_step(d, chain.steps);
+      } catch (const std::exception& e) {
+        ++failures;
+        MESSAGE("device " << d << "'s thread: " << e.what());
+      }
+    });
+  for (std::size_t k = 0; k < chain.steps; ++k) {
+    // at most `lead` calls ahead of the slowest device's thread
+    for (std::size_t d = 0; d < n; ++d)
+      while (k >= lead && done[d].load(std::memory_order_acquire) + lead <= k && !failures) std::this_thread::yield();
+    ar.allreduce_split(spans);
+    made.store(k + 1, std::memory_order_release);
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(failures == 0);
+  CHECK(ar.outstanding() == 0);
+  ar.flush();
+  for (std::size_t d = 0; d < n; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(chain.sides[d]->dev->handle()) == VK_SUCCESS);
+  chain.check();
+}
+
 }  // namespace
+
+TEST_CASE("streams: a thread per device enqueues its part of each call, in any interleaving") {
+  for (std::uint32_t n : {2u, 3u}) {
+    CAPTURE(n);
+    VkEnv env(n, {.sync_validation = n == 2});
+    if (!env.ok()) continue;
+    auto comm = make_communicator(env.group(), test_opts());
+    for (std::size_t lead : {std::size_t{1}, std::size_t{4}, std::size_t{64}}) {
+      CAPTURE(lead);
+      const std::size_t steps = 40;
+      Chain chain(env.group(), 4096, steps, 300 * n + lead);
+      StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+      run_chain_threads(chain, ar, lead);
+      CHECK(comm.last_call().algorithm == "oneshot");
+      MESSAGE("n " << n << ", lead " << lead << ": a device waited for a peer's part " << ar.gate_waits() << " times");
+    }
+    CHECK(!comm.failure());
+  }
+}
+
+TEST_CASE("streams: a call that cannot be split per device is refused with nothing enqueued") {
+  VkEnv env(2, {.sync_validation = false});
+  if (!env.ok()) return;
+  Options o = test_opts();
+  o.algo = AlgoChoice::ring;  // its steps wait on each other's across devices
+  auto comm = make_communicator(env.group(), o);
+  Chain chain(env.group(), 4096, 1, 3);
+  StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+  CHECK_FALSE(comm.per_device(4096));
+  for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, 0);
+  const auto before = comm.group()[0].compute_queue().counts().submits + chain.sides[0]->stream->queue().counts().submits;
+  CHECK(code_of([&] { ar.allreduce_split(chain.spans()); }) == ErrorCode::invalid_argument);
+  CHECK(ar.outstanding() == 0);
+  CHECK(comm.deferred() == 0);
+  CHECK(comm.group()[0].compute_queue().counts().submits + chain.sides[0]->stream->queue().counts().submits == before);
+  CHECK(code_of([&] { ar.enqueue(0); }) == ErrorCode::invalid_argument);  // no part waits
+  CHECK(!comm.failure());
+  // the same call through allreduce(), as a host without threads makes it
+  Ticket t = ar.allreduce(chain.spans());
+  t.wait(test_timeout);
+  const auto expect = integer_sum(chain.inputs[0]);
+  for (auto& side : chain.sides) CHECK(bit_identical(side->span->read(0, 4096), expect));
+}
 
 TEST_CASE("streams: host work and AllReduces ordered by the queues alone, one submission per device per step") {
   for (std::uint32_t n : {2u, 3u}) {

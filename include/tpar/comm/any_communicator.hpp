@@ -30,6 +30,8 @@ class AnyCommunicator {
   }
   void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) { impl_->handed(out, reached, ok); }
   void set_before_wait(std::function<void()> f) { impl_->set_before_wait(std::move(f)); }
+  // See Communicator::per_device.
+  bool per_device(std::size_t count, std::uint32_t contributing = ~0u) { return impl_->per_device(count, contributing); }
   const DeviceGroup& group() const { return impl_->group(); }
   std::size_t size() const { return impl_->size(); }
   SyncKind sync_kind() const { return impl_->sync_kind(); }
@@ -61,6 +63,7 @@ class AnyCommunicator {
     virtual bool take_pending(std::vector<detail::BatchList>&, std::vector<std::size_t>&, bool&) = 0;
     virtual void handed(std::vector<detail::BatchList>&, std::span<const std::size_t>, bool) = 0;
     virtual void set_before_wait(std::function<void()>) = 0;
+    virtual bool per_device(std::size_t, std::uint32_t) = 0;
     virtual const DeviceGroup& group() const = 0;
     virtual std::size_t size() const = 0;
     virtual SyncKind sync_kind() const = 0;
@@ -86,6 +89,7 @@ class AnyCommunicator {
       comm.handed(out, reached, ok);
     }
     void set_before_wait(std::function<void()> f) override { comm.set_before_wait(std::move(f)); }
+    bool per_device(std::size_t count, std::uint32_t contributing) override { return comm.per_device(count, contributing); }
     const DeviceGroup& group() const override { return comm.group(); }
     std::size_t size() const override { return comm.size(); }
     SyncKind sync_kind() const override { return Sync::kind; }

@@ -329,6 +329,18 @@ class Communicator {
     if (all_out) deferral_->submitted_calls.store(calls_, std::memory_order_release);
   }
 
+  // Whether a call of `count` values (`contributing`: as AllreduceArgs::contributes) runs
+  // so that each device's part of it can be handed to a thread of its own
+  // (StreamAllreduce::prepare): every batch on the devices' compute queues, and no device
+  // waiting on what a peer submits after its own first wait (OneShot; not the ring's
+  // steps, nor the relay). Chooses (and makes) the plan the call would take; enqueues
+  // nothing.
+  bool per_device(std::size_t count, std::uint32_t contributing = ~0u) {
+    if (count == 0) return true;
+    const ScheduleRequest rq = schedule_request(count, std::nullopt, contributing);
+    return plan_for(rq).per_device;
+  }
+
   // What runs before tpar submits deferred calls itself or waits on the host for its own
   // work (a ticket's wait, a slot set still in use, destruction): tpar::Stream submits
   // what it holds of earlier calls, so that nothing tpar waits for is still in its hands.
@@ -607,7 +619,37 @@ class Communicator {
         if (detail::binds_caller_buffer(batches[b])) plan->kernel_batches[d].push_back(static_cast<std::uint32_t>(b));
       }
     }
+    plan->per_device = splits_per_device(*plan);
     return plan;
+  }
+
+  // Plan::per_device for a plan just made.
+  bool splits_per_device(const PlanType& plan) const {
+    const std::size_t n = size();
+    if (is_relay(plan)) return false;  // the relay's thread serves a call once all of it is on the queues
+    const auto& devs = plan.schedule.devices;
+    std::vector<std::size_t> leading(n, 0);
+    for (std::size_t d = 0; d < n; ++d) {
+      if (!devs[d].batches.empty() && plan.sole_queue[d] != &group_[d].compute_queue()) return false;
+      const auto& batches = devs[d].batches;
+      auto waits_on_peer = [&](const Batch& b) {
+        return b.wait_relay || std::any_of(b.waits.begin(), b.waits.end(), [&](const BatchRef& r) { return r.device != d; });
+      };
+      while (leading[d] < batches.size() && !waits_on_peer(batches[leading[d]])) ++leading[d];
+    }
+    for (std::size_t d = 0; d < n; ++d)
+      for (const Batch& b : devs[d].batches)
+        for (const BatchRef& ref : b.waits) {
+          if (ref.device == d) continue;
+          const auto& theirs = devs[ref.device].batches;
+          std::uint32_t seen = 0;
+          for (std::size_t i = 0; i < theirs.size(); ++i)
+            if (theirs[i].role == ref.role && seen++ == ref.index) {
+              if (i >= leading[ref.device]) return false;
+              break;
+            }
+        }
+    return true;
   }
 
   // Blocks (bounded) until every device finished the call that last used slot set `parity`.
@@ -618,10 +660,24 @@ class Communicator {
   void wait_for_slot_set(std::uint32_t parity) {
     const std::size_t n = size();
     const auto& need = slot_done_[parity];
-    bool reached = true;
-    for (std::size_t d = 0; d < n && reached; ++d)
-      for (std::size_t r = 0; r < role_count; ++r) reached &= ctx_[d].completed[r] >= need[r * n + d];
-    if (reached) return;
+    auto reached = [&] {
+      for (std::size_t d = 0; d < n; ++d)
+        for (std::size_t r = 0; r < role_count; ++r)
+          if (ctx_[d].completed[r] < need[r * n + d]) return false;
+      return true;
+    };
+    if (reached()) return;
+    // What the GPUs reached since the cache was last brought up to date (usually all of
+    // it: the call that last used the set is long done), without waking anyone.
+    for (std::size_t d = 0; d < n; ++d)
+      for (std::size_t r = 0; r < role_count; ++r) {
+        auto& c = ctx_[d];
+        if (c.completed[r] >= need[r * n + d]) continue;
+        std::uint64_t now = 0;
+        if (c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &now) == vk::Result::eSuccess)
+          c.completed[r] = std::max(c.completed[r], now);
+      }
+    if (reached()) return;
     const std::uint32_t depth = generation_->depth();
     const std::uint32_t ahead = std::max<std::uint32_t>(1, depth / 2) - 1;
     auto span = Trace::instance().span("tpar slot wait");

@@ -22,6 +22,7 @@
 
 #include <tpar/comm/call.hpp>
 #include <tpar/comm/detail/batch_list.hpp>
+#include <tpar/comm/detail/submit_gate.hpp>
 #include <tpar/comm/ticket.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/sync/timeline.hpp>
@@ -29,6 +30,9 @@
 #include <tpar/vk/trace.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -111,6 +115,7 @@ class Stream {
   }
   void flush_signalling(const TimelinePoint& ready) {
     std::lock_guard lock(mutex_);
+    await_carried();
     out_.clear();
     out_.append(carried_);
     out_.append(held_);
@@ -121,10 +126,13 @@ class Stream {
     signalled_ = ready.value;
   }
   // For StreamAllreduce: held work, then `calls`'s batches [0, first) in one submission;
-  // [first, end) go in front of the next. False (and nothing kept) where the submission failed.
-  bool submit_with(detail::BatchList& calls, std::size_t first) noexcept {
+  // [first, end) go in front of the next. `call`: the call's number, published through the
+  // gate once its leading batches are on the queue. False (and nothing kept) where the
+  // submission failed, or the gate timed out.
+  bool submit_with(detail::BatchList& calls, std::size_t first, std::uint64_t call = 0) noexcept {
     std::lock_guard lock(mutex_);
     try {
+      await_carried();
       out_.clear();
       out_.append(carried_);
       out_.append(held_);
@@ -133,6 +141,10 @@ class Stream {
       out_.append(calls.infos(false, 0, first));
       submit_out({});
       carried_.append(calls.infos(false, first));
+      if (call) {
+        carried_call_ = call;
+        if (gate_) gate_->publish(gate_index_, call);
+      }
       return true;
     } catch (...) {
       carried_.clear();
@@ -145,6 +157,7 @@ class Stream {
     std::lock_guard lock(mutex_);
     if (carried_.empty()) return true;
     try {
+      await_carried();
       out_.clear();
       out_.append(carried_);
       carried_.clear();
@@ -171,9 +184,28 @@ class Stream {
     carried_.clear();
   }
 
+  // For StreamAllreduce: where threads of their own submit to the devices' streams, the
+  // batches this stream carries of a call go to the queue only once `gate` says every
+  // device published that call (device `index` of it), waiting at most `timeout`.
+  void set_gate(detail::SubmitGate* gate, std::size_t index, std::chrono::nanoseconds timeout) {
+    std::lock_guard lock(mutex_);
+    gate_ = gate;
+    gate_index_ = index;
+    gate_timeout_ = timeout;
+  }
+
  private:
+  // Throws Error(timeout) where the gate did not open in time (nothing submitted then).
+  void await_carried() {
+    if (!gate_ || carried_.empty() || !carried_call_) return;
+    if (!gate_->wait(carried_call_, gate_timeout_))
+      throw Error(ErrorCode::timeout, "tpar::Stream: a peer device did not submit its part of AllReduce " +
+                                          std::to_string(carried_call_) + " within the timeout");
+  }
+
   void flush_locked(vk::Fence fence) {
     if (carried_.empty() && held_.empty() && !fence) return;
+    await_carried();
     out_.clear();
     out_.append(carried_);
     out_.append(held_);
@@ -199,16 +231,32 @@ class Stream {
   detail::BatchList held_;     // the host's work not yet submitted
   detail::BatchList carried_;  // tpar's batches that go in front of the next submission
   detail::BatchList out_;
+  detail::SubmitGate* gate_ = nullptr;
+  std::size_t gate_index_ = 0;
+  std::chrono::nanoseconds gate_timeout_{0};
+  std::uint64_t carried_call_ = 0;  // the call whose batches carried_ holds (0: none numbered)
 };
 
 // AllReduces over streams, one per device of the communicator's group in device order.
 // While it lives the streams hold the host's work (Stream::set_holding) and the
 // communicator submits what they hold before it waits or submits on its own; destroyed,
 // everything held is submitted. `Comm`: tpar::AnyCommunicator or a Communicator<...>.
+//
+// Where each device's work is submitted by a thread of its own, allreduce_split() makes
+// the call on one thread and submits nothing; each device's thread then hands its part to
+// its stream with enqueue(d), after the work that produced its span and before the work
+// that reads the sum:
+//
+//   // host thread                              // device d's thread, in the same order
+//   ar.allreduce_split(spans);                  s_d.submit(layer_work_d); ar.enqueue(d);
+//
+// A part's batches that wait on the peers go to the queue only once every device's
+// thread published its own part (detail::SubmitGate), never before.
 template <class Comm>
 class StreamAllreduce {
  public:
-  StreamAllreduce(Comm& comm, std::vector<Stream*> streams) : comm_(comm), streams_(std::move(streams)) {
+  StreamAllreduce(Comm& comm, std::vector<Stream*> streams)
+      : comm_(comm), streams_(std::move(streams)), gate_(streams_.size()), queues_(streams_.size()), taken_(streams_.size()) {
     if (streams_.size() != comm_.size())
       throw Error(ErrorCode::invalid_argument, "StreamAllreduce: " + std::to_string(streams_.size()) + " streams for " +
                                                    std::to_string(comm_.size()) + " devices");
@@ -219,13 +267,15 @@ class StreamAllreduce {
                                                      " is not on the compute queue tpar uses for device " + std::to_string(d));
     }
     ready_.resize(streams_.size());
+    for (std::size_t d = 0; d < streams_.size(); ++d) streams_[d]->set_gate(&gate_, d, comm_.options().timeout);
     for (auto* s : streams_) s->set_holding(true);
-    comm_.set_before_wait([this] { flush(); });
+    comm_.set_before_wait([this] { before_wait(); });
   }
   StreamAllreduce(const StreamAllreduce&) = delete;
   StreamAllreduce& operator=(const StreamAllreduce&) = delete;
   ~StreamAllreduce() {
     comm_.set_before_wait({});
+    for (auto* s : streams_) s->set_gate(nullptr, 0, {});
     for (auto* s : streams_) {
       try {
         s->set_holding(false);
@@ -241,6 +291,7 @@ class StreamAllreduce {
   // submitted or changed. The ticket's done points are reached once the streams' queues
   // ran the call (its wait() submits what the streams hold first).
   Ticket allreduce(std::span<const BufferSpan> spans, AllreduceArgs args = {}) {
+    if (!drain()) throw Error(ErrorCode::timeout, "StreamAllreduce: parts of earlier calls were not enqueued within the timeout");
     for (std::size_t d = 0; d < streams_.size(); ++d) ready_[d] = streams_[d]->next_ready();
     args.ready = ready_;
     args.ready_on_compute_queue = true;
@@ -256,8 +307,9 @@ class StreamAllreduce {
       // another's rest; otherwise (the ring's steps) at once, every device's in turn.
       bool ok = true;
       reached_.assign(n, 0);
+      const std::uint64_t call = ++calls_;
       for (std::size_t d = 0; d < n; ++d) {
-        if (!streams_[d]->submit_with(batches_[d], leading_[d])) {
+        if (!streams_[d]->submit_with(batches_[d], leading_[d], call)) {
           ok = false;
           break;
         }
@@ -300,6 +352,95 @@ class StreamAllreduce {
     }
   }
 
+  // Like allreduce(), but submits nothing: each device's part of the call waits until
+  // the thread that submits to its stream calls enqueue(d). Only for a call the
+  // communicator can split so (Comm::per_device(count, contributing)); any other throws
+  // Error(invalid_argument) with nothing enqueued. The ticket's done points are reached
+  // once every device's part was enqueued and ran.
+  Ticket allreduce_split(std::span<const BufferSpan> spans, AllreduceArgs args = {}) {
+    const std::size_t n = streams_.size();
+    if (spans.size() != n)
+      throw Error(ErrorCode::invalid_argument, "StreamAllreduce: " + std::to_string(spans.size()) + " spans for " + std::to_string(n) + " devices");
+    std::uint32_t mask = 0;
+    for (std::size_t d = 0; d < n; ++d)
+      if (args.contributes.empty() || args.contributes[d]) mask |= 1u << d;
+    if (!comm_.per_device(spans[0].count, mask))
+      throw Error(ErrorCode::invalid_argument, "StreamAllreduce::allreduce_split: this call (" + std::to_string(spans[0].count) +
+                                                   " values) runs on queues or steps that one device's thread cannot submit alone");
+    for (std::size_t d = 0; d < n; ++d) ready_[d] = {};
+    args.ready = {};
+    args.ready_on_compute_queue = true;
+    args.defer = true;
+    Ticket ticket = comm_.allreduce(spans, args);
+    bool carry = true;
+    if (!comm_.take_pending(batches_, leading_, carry) || !carry) {
+      // per_device() said otherwise: nothing may be submitted in this order now
+      comm_.handed(batches_, std::vector<std::size_t>(n, 0), false);
+      throw Error(ErrorCode::failed, "StreamAllreduce::allreduce_split: the call could not be split after all");
+    }
+    const bool empty = std::all_of(batches_.begin(), batches_.end(), [](const auto& b) { return b.empty(); });
+    const std::uint64_t call = empty ? 0 : ++calls_;
+    // Handed over: the devices' threads submit the leading parts, and the rest rides in
+    // front of the streams' next submissions (a ticket's wait flushes them, as after
+    // allreduce()).
+    comm_.handed(batches_, leading_, true);
+    for (std::size_t d = 0; d < n; ++d) {
+      PartQueue& q = queues_[d];
+      std::lock_guard lock(q.mutex);
+      if (q.count == q.parts.size()) {
+        // grow the ring, its oldest first
+        std::vector<Part> grown(std::max<std::size_t>(8, 2 * q.parts.size()));
+        for (std::size_t i = 0; i < q.count; ++i) std::swap(grown[i], q.parts[(q.head + i) % q.parts.size()]);
+        q.parts.swap(grown);
+        q.head = 0;
+      }
+      Part& p = q.parts[(q.head + q.count) % q.parts.size()];
+      std::swap(p.batches, batches_[d]);  // (batches_[d] keeps the part's old storage for the next call)
+      p.leading = leading_[d];
+      p.call = call;
+      p.done = ticket.done(d);
+      ++q.count;
+      outstanding_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return ticket;
+  }
+
+  // Device d's next part from allreduce_split() (in call order) to its stream, with what
+  // the stream holds: the part's leading batches at once, the rest in front of the
+  // stream's next submission, once every device enqueued this part. Call it from the
+  // thread that submits device d's work, once per call; a thread per device may do so
+  // concurrently. Returns the call's done point on device d (the ticket's done(d)).
+  // Throws Error where there is no part, or the submission failed or timed out.
+  TimelinePoint enqueue(std::size_t d) {
+    if (d >= streams_.size()) throw Error(ErrorCode::invalid_argument, "StreamAllreduce::enqueue: no device " + std::to_string(d));
+    PartQueue& q = queues_[d];
+    Part& p = taken_[d];
+    {
+      std::lock_guard lock(q.mutex);
+      if (!q.count) throw Error(ErrorCode::invalid_argument, "StreamAllreduce::enqueue: device " + std::to_string(d) + " has no part waiting");
+      std::swap(p, q.parts[q.head]);
+      q.head = (q.head + 1) % q.parts.size();
+      --q.count;
+    }
+    const bool ok = !p.call || streams_[d]->submit_with(p.batches, p.leading, p.call);
+    if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(drained_mutex_);
+      drained_.notify_all();
+    }
+    if (!ok) {
+      streams_[d]->drop_carried();
+      throw Error(ErrorCode::failed, "vkQueueSubmit failed (or a peer's part did not come in time) for a stream carrying tpar's batches");
+    }
+    return p.done;
+  }
+
+  // Parts allreduce_split() made that no enqueue() took yet.
+  std::size_t outstanding() const { return outstanding_.load(std::memory_order_acquire); }
+
+  // How often a part's rest waited for a peer's thread to enqueue its part, and how long.
+  std::uint64_t gate_waits() const { return gate_.waits(); }
+  std::chrono::nanoseconds gate_waited() const { return gate_.waited(); }
+
   // Everything the streams hold to their queues.
   void flush() {
     for (auto* s : streams_) s->flush();
@@ -310,8 +451,48 @@ class StreamAllreduce {
   Comm& communicator() { return comm_; }
 
  private:
+  struct Part {
+    detail::BatchList batches;
+    std::size_t leading = 0;
+    std::uint64_t call = 0;  // 0: nothing to submit (a call with no batches)
+    TimelinePoint done;      // the call's done point on this device
+  };
+  // One device's parts, in call order: a ring the host thread fills and the device's
+  // thread empties (each keeps the lists' storage for the next call).
+  struct PartQueue {
+    std::mutex mutex;
+    std::vector<Part> parts;
+    std::size_t head = 0, count = 0;
+  };
+
+  // Until every part made is enqueued (bounded by the timeout). False on timeout.
+  bool drain() {
+    if (!outstanding()) return true;
+    std::unique_lock lock(drained_mutex_);
+    return drained_.wait_for(lock, comm_.options().timeout, [this] { return outstanding() == 0; });
+  }
+
+  // Before the communicator waits on the host (a slot set still in use): what it waits
+  // for must reach the queues. Where devices' threads still have parts to enqueue, they
+  // submit it: wait for them, touching no stream (a stream's thread may be waiting at the
+  // gate for this thread otherwise); else submit what the streams hold.
+  void before_wait() {
+    if (outstanding()) {
+      if (!drain()) throw Error(ErrorCode::timeout, "StreamAllreduce: the devices' threads did not enqueue their parts within the timeout");
+      return;
+    }
+    flush();
+  }
+
   Comm& comm_;
   std::vector<Stream*> streams_;
+  detail::SubmitGate gate_;
+  std::vector<PartQueue> queues_;
+  std::vector<Part> taken_;  // by device: the part its thread is submitting
+  std::atomic<std::size_t> outstanding_{0};
+  std::mutex drained_mutex_;
+  std::condition_variable drained_;
+  std::uint64_t calls_ = 0;
   std::vector<TimelinePoint> ready_;
   std::vector<std::size_t> reached_;
   std::vector<detail::BatchList> batches_;

@@ -112,6 +112,10 @@ struct Plan {
   std::vector<std::array<std::uint32_t, role_count>> role_counts;  // by device: its batches of each role
   std::vector<std::vector<std::uint32_t>> kernel_batches;  // by device: the batches that bind the descriptor set
   std::vector<const Queue*> sole_queue;  // by device: the one queue all its batches run on, or null
+  // Every device's batches on its compute queue, and no device waiting on a peer's batch
+  // that comes after that peer's first waiting batch: then each device's part can be
+  // handed to a thread of its own (StreamAllreduce::prepare), not the relay's.
+  bool per_device = false;
   std::vector<std::uint64_t> last_use[role_count];   // by role, by device: values after its last call
 
   Plan() = default;
