@@ -12,6 +12,10 @@
 //               ordered by the queue (what llama.cpp's patch does now)
 //   semaphores  the dispatch's submission signals a timeline, tpar submits its own batches
 //               after it, the next dispatch waits for tpar's done point (the older wiring)
+//   threads     streams, with a thread per device that submits its dispatches and its part
+//               of each AllReduce (StreamAllreduce::enqueue), the calls made on the main
+//               thread (allreduce_split): what llama.cpp's meta backend does with its
+//               threads; the enqueue time is until every thread is done
 //   gated       streams, but the host waits for each sum's inputs before submitting it, so
 //               no queue waits on another device: a measurement of what such a wait costs
 //               (several devices on one GPU), not a way to run: the host is in lockstep
@@ -27,9 +31,15 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tpar_bench {
@@ -197,8 +207,77 @@ class ChainDevice {
 };
 
 inline const char* wiring_name(Wiring w) {
-  return w == Wiring::none ? "none" : w == Wiring::streams ? "streams" : w == Wiring::gated ? "gated" : "semaphores";
+  return w == Wiring::none ? "none" : w == Wiring::streams ? "streams" : w == Wiring::gated ? "gated"
+                                    : w == Wiring::threads ? "threads" : "semaphores";
 }
+
+// A thread per device for --chain-wiring threads, kept across runs: a run wakes them, each
+// submits its device's steps and parts, and the run waits until all are done.
+class ChainThreads {
+ public:
+  explicit ChainThreads(std::size_t n) {
+    for (std::size_t d = 0; d < n; ++d) threads_.emplace_back([this, d] { loop(d); });
+  }
+  ChainThreads(const ChainThreads&) = delete;
+  ChainThreads& operator=(const ChainThreads&) = delete;
+  ~ChainThreads() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  // Starts work(d) on every device's thread (`work` must outlive finish()).
+  void start(const std::function<void(std::size_t)>& work) {
+    {
+      std::lock_guard lock(mutex_);
+      work_ = &work;
+      left_ = threads_.size();
+      error_ = nullptr;
+      ++generation_;
+    }
+    start_.notify_all();
+  }
+  // Until every thread returned from its work; rethrows the first exception one threw.
+  void finish() {
+    std::unique_lock lock(mutex_);
+    finished_.wait(lock, [this] { return left_ == 0; });
+    work_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void loop(std::size_t d) {
+    std::uint64_t seen = 0;
+    std::unique_lock lock(mutex_);
+    while (true) {
+      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      const auto* work = work_;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        (*work)(d);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error && !error_) error_ = error;
+      if (--left_ == 0) finished_.notify_all();
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable start_, finished_;
+  const std::function<void(std::size_t)>* work_ = nullptr;
+  std::size_t left_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
 
 struct ChainRow {
   std::size_t bytes;
@@ -231,7 +310,8 @@ struct ChainTimes {
 };
 
 inline ChainTimes chain_run(std::vector<std::unique_ptr<ChainDevice>>& devs, tpar::AnyCommunicator* comm,
-                            tpar::StreamAllreduce<tpar::AnyCommunicator>* streamed, Wiring wiring, std::uint32_t steps) {
+                            tpar::StreamAllreduce<tpar::AnyCommunicator>* streamed, Wiring wiring, std::uint32_t steps,
+                            ChainThreads* threads = nullptr) {
   const std::size_t n = devs.size();
   std::vector<tpar::BufferSpan> spans;
   for (auto& c : devs) spans.push_back(c->span());
@@ -240,7 +320,38 @@ inline ChainTimes chain_run(std::vector<std::unique_ptr<ChainDevice>>& devs, tpa
   const auto t0 = Clock::now();
   tpar::Ticket last;
   const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
-  for (std::uint32_t k = 0; k < steps; ++k) {
+  if (wiring == Wiring::threads) {
+    // The main thread makes the calls; each device's thread submits its steps and, once
+    // the call of a step is made, its part of it.
+    std::atomic<std::uint32_t> made{0};
+    std::atomic<bool> failed{false};
+    const std::function<void(std::size_t)> work = [&](std::size_t d) {
+      ChainDevice& c = *devs[d];
+      for (std::uint32_t k = 0; k < steps; ++k) {
+        const vk::CommandBuffer cb = c.step(k);
+        const vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb);
+        c.stream().submit({si});
+        while (made.load(std::memory_order_acquire) <= k) {
+          if (failed.load(std::memory_order_relaxed)) return;
+          std::this_thread::yield();
+        }
+        streamed->enqueue(d);
+      }
+    };
+    threads->start(work);
+    try {
+      for (std::uint32_t k = 0; k < steps; ++k) {
+        last = streamed->allreduce_split(spans);
+        made.store(k + 1, std::memory_order_release);
+      }
+    } catch (...) {
+      failed = true;
+      threads->finish();
+      throw;
+    }
+    threads->finish();
+  }
+  for (std::uint32_t k = 0; wiring != Wiring::threads && k < steps; ++k) {
     for (std::size_t d = 0; d < n; ++d) {
       ChainDevice& c = *devs[d];
       const vk::CommandBuffer cb = c.step(k);
@@ -308,6 +419,7 @@ inline std::vector<std::vector<float>> chain_expected(std::size_t n, std::size_t
 
 inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::string& header) {
   const std::size_t n = group.size();
+  ChainThreads threads(n);
   const std::size_t largest = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
   std::vector<std::unique_ptr<ChainDevice>> devs;
   for (std::size_t d = 0; d < n; ++d)
@@ -334,7 +446,7 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
   };
   // Times `runs` runs (after warm-up), `repeat` times: the medians, and the counts per step.
   auto time_rows = [&](tpar::AnyCommunicator* comm, tpar::StreamAllreduce<tpar::AnyCommunicator>* streamed, Wiring w) {
-    for (int i = 0; i < cfg.warmup; ++i) chain_run(devs, comm, streamed, w, steps);
+    for (int i = 0; i < cfg.warmup; ++i) chain_run(devs, comm, streamed, w, steps, &threads);
     std::vector<tpar::Queue::Counts> before;
     for (auto& c : devs) before.push_back(chain_counts(*c));
     std::vector<double> totals, enqueues, cpus;
@@ -344,7 +456,7 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
       for (int r = 0; r < runs; ++r) {
         const bool window = trace_this && rep + 1 == cfg.repeat && r + 1 == runs;
         if (window) tpar::Trace::instance().begin_window();
-        const ChainTimes t = chain_run(devs, comm, streamed, w, steps);
+        const ChainTimes t = chain_run(devs, comm, streamed, w, steps, &threads);
         if (window) {
           tpar::Trace::instance().step();
           tpar::Trace::instance().end_window("one run of tpar-bench --chain");
@@ -398,7 +510,7 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
           std::fprintf(stderr, "%s: chain %s %s %s\n", program.c_str(), human_bytes(bytes).c_str(),
                        std::string(to_string(algo)).c_str(), wiring_name(w));
         std::unique_ptr<tpar::StreamAllreduce<tpar::AnyCommunicator>> streamed;
-        if (w == Wiring::streams || w == Wiring::gated) {
+        if (w == Wiring::streams || w == Wiring::gated || w == Wiring::threads) {
           std::vector<tpar::Stream*> streams;
           for (auto& c : devs) streams.push_back(&c->stream());
           streamed = std::make_unique<tpar::StreamAllreduce<tpar::AnyCommunicator>>(comm, streams);

@@ -25,7 +25,7 @@ inline constexpr tpar::AlgoChoice algo_choices[] = {tpar::AlgoChoice::oneshot, t
 inline constexpr tpar::Wire wire_choices[] = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
 
 // How --chain wires each step's dispatch to the AllReduce (chain.hpp).
-enum class Wiring { none, streams, semaphores, gated };
+enum class Wiring { none, streams, semaphores, gated, threads };
 
 // Exit status of a run whose results checked wrong (0, 1 and 2 as every program: cli.hpp).
 inline constexpr int exit_wrong_results = 3;
@@ -155,9 +155,12 @@ inline void print_help() {
       "  --chain-work SIZE     --chain: bytes of weights each dispatch reads per device, as half\n"
       "                        a layer's matmul does (default 0: the dispatch only rewrites the span)\n"
       "  --chain-wiring W      --chain: streams (tpar::Stream, the default with semaphores),\n"
-      "                        semaphores (ready and done points), both, or gated (streams,\n"
-      "                        the host waiting for each sum's inputs before submitting it:\n"
-      "                        what a queue's wait on another device costs, not a way to run)\n"
+      "                        semaphores (ready and done points), both, threads (streams, a\n"
+      "                        thread per device submitting its steps and its part of each\n"
+      "                        call, the calls made on the main thread), all (the three), or\n"
+      "                        gated (streams, the host waiting for each sum's inputs before\n"
+      "                        submitting it: what a queue's wait on another device costs,\n"
+      "                        not a way to run)\n"
       "  --relay-peers K       the relay's floor: one device (the first selected) with K more\n"
       "                        played by the relay's host thread (1 to 31), every call through\n"
       "                        the relay, sizes 4K to 1M by default; the table as above, busbw\n"
@@ -328,7 +331,9 @@ inline Config parse(int argc, char** argv) {
       else if (v == "semaphores") c.chain_wirings = {Wiring::semaphores};
       else if (v == "both") c.chain_wirings = {Wiring::streams, Wiring::semaphores};
       else if (v == "gated") c.chain_wirings = {Wiring::gated};
-      else tpar_cli::usage_error(program, "--chain-wiring takes streams, semaphores, both or gated");
+      else if (v == "threads") c.chain_wirings = {Wiring::threads};
+      else if (v == "all") c.chain_wirings = {Wiring::streams, Wiring::semaphores, Wiring::threads};
+      else tpar_cli::usage_error(program, "--chain-wiring takes streams, semaphores, both, threads, all or gated");
     } else if (a == "--wake") {
       c.wake = true;
     } else if (a == "--submit-cost") {
