@@ -8,7 +8,9 @@
 // `run` decodes the prompt in one batch (prefill-sized AllReduces) and then N tokens one
 // at a time, greedily (decode-sized AllReduces), keeping the logits of every prompt
 // position and every generated token. A random-weight model's logits are nearly tied, so
-// greedy text is no test; the logits are.
+// greedy text is no test; the logits are. `--batch-at K:B` makes step K of the N a batch
+// of B tokens (the greedy one and B-1 more), so that the graph's shape changes mid-stream
+// and back.
 #include "llama.h"
 
 #include <algorithm>
@@ -19,13 +21,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
 
 const char * usage_text =
     "usage: tpar-llama-logits run -m MODEL -o FILE [--sm none|layer|tensor] [--ts A,B,...] [-p TEXT] [-n N]\n"
-    "                             [--ctx N]\n"
+    "                             [--ctx N] [--batch-at K:B,...]\n"
     "       tpar-llama-logits compare A B [--exact | --bound X | --relative X]\n"
     "\n"
     "run      loads MODEL on every GPU layer (the devices ggml sees; GGML_VK_VISIBLE_DEVICES\n"
@@ -39,6 +42,9 @@ const char * usage_text =
     "  -p, --prompt TEXT    the prompt (default: a fixed sentence)\n"
     "  -n N                 tokens generated after the prompt (default 8)\n"
     "  --ctx N              context size (default 512)\n"
+    "  --batch-at K:B,...   generated step K (0-based) feeds B tokens at once: the greedy\n"
+    "                       one, then B-1 following it in the vocabulary; every row's\n"
+    "                       logits are kept (B from 1 to 64)\n"
     "compare  compares two files of the same run shape: prints the largest absolute\n"
     "         difference, the largest relative to the larger logit range, and how many\n"
     "         values differ at all; fails when they differ by more than the bound\n"
@@ -166,6 +172,7 @@ int run(const std::vector<std::string> & args) {
     llama_split_mode mode = LLAMA_SPLIT_MODE_NONE;
     long n_gen = 8, n_ctx = 512;
     std::vector<float> split;
+    std::vector<std::pair<long, long>> batch_at;  // (step, tokens)
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string & a = args[i];
         auto value = [&]() -> std::string {
@@ -177,6 +184,18 @@ int run(const std::vector<std::string> & args) {
         else if (a == "-p" || a == "--prompt") prompt = value();
         else if (a == "-n") n_gen = parse_long("-n", value(), 0, 4096);
         else if (a == "--ctx") n_ctx = parse_long("--ctx", value(), 16, 1 << 20);
+        else if (a == "--batch-at") {
+            const std::string v = value();
+            for (size_t at = 0; at <= v.size();) {
+                const size_t comma = std::min(v.find(',', at), v.size());
+                const std::string part = v.substr(at, comma - at);
+                const size_t colon = part.find(':');
+                if (colon == std::string::npos) usage_error("--batch-at takes STEP:TOKENS pairs separated by commas, not '" + v + "'");
+                batch_at.emplace_back(parse_long("--batch-at's step", part.substr(0, colon), 0, 4095),
+                                      parse_long("--batch-at's tokens", part.substr(colon + 1), 1, 64));
+                at = comma + 1;
+            }
+        }
         else if (a == "--ts" || a == "--tensor-split") {
             const std::string v = value();
             split.clear();
@@ -231,8 +250,18 @@ int run(const std::vector<std::string> & args) {
     const int32_t n_vocab = llama_vocab_n_tokens(vocab);
     std::vector<llama_token> tokens(prompt.size() + 8);
     const int32_t n_prompt = llama_tokenize(vocab, prompt.c_str(), int32_t(prompt.size()), tokens.data(), int32_t(tokens.size()), true, false);
-    if (n_prompt <= 0 || n_prompt + n_gen > n_ctx) {
-        std::fprintf(stderr, "tpar-llama-logits: the prompt gives %d tokens; with -n %ld it must fit --ctx %ld\n", n_prompt, n_gen, n_ctx);
+    auto tokens_at = [&](long g) {
+        long b = 1;
+        for (const auto & [step, count] : batch_at) {
+            if (step == g) b = count;
+        }
+        return b;
+    };
+    long n_fed = 0;
+    for (long g = 0; g < n_gen; ++g) n_fed += tokens_at(g);
+    if (n_prompt <= 0 || n_prompt + n_fed > n_ctx) {
+        std::fprintf(stderr, "tpar-llama-logits: the prompt gives %d tokens; with -n %ld (%ld tokens fed) it must fit --ctx %ld\n",
+                     n_prompt, n_gen, n_fed, n_ctx);
         return 2;
     }
     tokens.resize(size_t(n_prompt));
@@ -247,7 +276,7 @@ int run(const std::vector<std::string> & args) {
         return int32_t(std::max_element(row, row + n_vocab) - row);
     };
 
-    llama_batch batch = llama_batch_init(n_prompt, 0, 1);
+    llama_batch batch = llama_batch_init(std::max<int32_t>(n_prompt, 64), 0, 1);
     for (int32_t i = 0; i < n_prompt; ++i) {
         batch.token[i] = tokens[size_t(i)];
         batch.pos[i] = i;
@@ -263,20 +292,26 @@ int run(const std::vector<std::string> & args) {
     }
     llama_token next = 0;
     for (int32_t i = 0; rc == 0 && i < n_prompt; ++i) next = keep(i, tokens[size_t(i)]);
+    int32_t pos = n_prompt;
     for (long g = 0; rc == 0 && g < n_gen; ++g) {
-        batch.token[0] = next;
-        batch.pos[0] = n_prompt + int32_t(g);
-        batch.n_seq_id[0] = 1;
-        batch.seq_id[0][0] = 0;
-        batch.logits[0] = 1;
-        batch.n_tokens = 1;
-        const llama_token fed = next;
+        const int32_t b = int32_t(tokens_at(g));
+        std::vector<llama_token> fed(static_cast<size_t>(b));
+        for (int32_t k = 0; k < b; ++k) {
+            fed[size_t(k)] = llama_token((int64_t(next) + k) % n_vocab);
+            batch.token[k] = fed[size_t(k)];
+            batch.pos[k] = pos + k;
+            batch.n_seq_id[k] = 1;
+            batch.seq_id[k][0] = 0;
+            batch.logits[k] = 1;
+        }
+        batch.n_tokens = b;
         if (llama_decode(ctx, batch) != 0) {
-            std::fprintf(stderr, "tpar-llama-logits: decoding token %ld failed\n", g);
+            std::fprintf(stderr, "tpar-llama-logits: decoding step %ld failed\n", g);
             rc = 1;
             break;
         }
-        next = keep(0, fed);
+        for (int32_t k = 0; k < b; ++k) next = keep(k, fed[size_t(k)]);
+        pos += b;
     }
     llama_batch_free(batch);
     llama_free(ctx);
@@ -286,7 +321,7 @@ int run(const std::vector<std::string> & args) {
         std::fprintf(stderr, "tpar-llama-logits: cannot write %s\n", out.c_str());
         rc = 1;
     }
-    if (rc == 0) std::printf("run: %u rows x %u logits (%d prompt tokens, %ld generated) -> %s\n", l.rows, l.vocab, n_prompt, n_gen, out.c_str());
+    if (rc == 0) std::printf("run: %u rows x %u logits (%d prompt tokens, %ld generated, %ld fed) -> %s\n", l.rows, l.vocab, n_prompt, n_gen, n_fed, out.c_str());
     return rc;
 }
 
