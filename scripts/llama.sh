@@ -26,7 +26,7 @@ with random weights, and compares llama-bench's pp/tg over the split modes:
   --devices LIST     the Vulkan devices for the split modes, as GGML_VK_VISIBLE_DEVICES
                      takes them (default: every GPU; one GPU opened twice, 0,0, where
                      there is one; two lavapipe devices where there is none)
-  --preset NAME      the model's shapes: tiny (default), tiny-moe, llama3-8b
+  --preset NAME      the model's shapes: tiny (default), tiny-moe, llama3-8b, llama3-70b
   --type TYPE        the model's weights: q8_0 (default), f16, f32
   --model FILE       bench this GGUF instead of making one
   --bench-args ARGS  passed to every llama-bench run (default: "-p 512 -n 128 -r 3")
@@ -49,7 +49,7 @@ while [[ $# -gt 0 ]]; do
     --build-only) build_only=1; shift ;;
     --bin) [[ $# -ge 2 && -x $2/llama-bench ]] || die_usage "--bin needs a folder holding llama-bench"; prebuilt=$(cd "$2" && pwd); shift 2 ;;
     --devices) [[ $# -ge 2 && $2 =~ ^[0-9]+(,[0-9]+)+$ ]] || die_usage "--devices takes at least two indices, e.g. 0,1 or 0,0"; devices=$2; shift 2 ;;
-    --preset) [[ $# -ge 2 && $2 =~ ^(tiny|tiny-moe|llama3-8b)$ ]] || die_usage "--preset takes tiny, tiny-moe or llama3-8b"; preset=$2; shift 2 ;;
+    --preset) [[ $# -ge 2 && $2 =~ ^(tiny|tiny-moe|llama3-8b|llama3-70b)$ ]] || die_usage "--preset takes tiny, tiny-moe, llama3-8b or llama3-70b"; preset=$2; shift 2 ;;
     --type) [[ $# -ge 2 && $2 =~ ^(q8_0|f16|f32)$ ]] || die_usage "--type takes q8_0, f16 or f32"; type=$2; shift 2 ;;
     --model) [[ $# -ge 2 ]] || die_usage "--model needs a file"; model=$2; shift 2 ;;
     --bench-args) [[ $# -ge 2 ]] || die_usage "--bench-args needs a value"; bench_args=$2; shift 2 ;;

@@ -44,7 +44,8 @@ const char * usage_text =
     "\n"
     "  -o, --output FILE     where to write (required)\n"
     "  --preset NAME         tiny (default: 256 wide, 4 layers), tiny-moe (tiny with 4\n"
-    "                        experts, 2 used), llama3-8b (Llama-3-8B's shapes)\n"
+    "                        experts, 2 used), llama3-8b (Llama-3-8B's shapes),\n"
+    "                        llama3-70b (Llama-3-70B's; with --layers 20, a quarter of it)\n"
     "  --arch dense|moe      dense FFNs or experts (moe needs --experts)\n"
     "  --embd N              embedding width (a multiple of 32 and of the head count)\n"
     "  --layers N            transformer blocks\n"
@@ -89,8 +90,12 @@ void apply_preset(Shape & s, const std::string & name) {
         s = Shape{};
         s.embd = 4096; s.layers = 32; s.heads = 32; s.heads_kv = 8; s.ff = 14336; s.vocab = 128256; s.ctx = 8192;
         s.rope_base = 500000.0f;
+    } else if (name == "llama3-70b") {
+        s = Shape{};
+        s.embd = 8192; s.layers = 80; s.heads = 64; s.heads_kv = 8; s.ff = 28672; s.vocab = 128256; s.ctx = 8192;
+        s.rope_base = 500000.0f;
     } else {
-        usage_error("--preset takes tiny, tiny-moe or llama3-8b, not '" + name + "'");
+        usage_error("--preset takes tiny, tiny-moe, llama3-8b or llama3-70b, not '" + name + "'");
     }
 }
 
