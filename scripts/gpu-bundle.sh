@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds here what scripts/gpu-suite.sh runs on a GPU machine and packs it small enough to
+# travel: llama.cpp with tpar's patches (scripts/llama.sh), tpar-bench, tpar-info and the
+# stream test, stripped and xz-compressed into one folder, with a stamp naming the tree
+# they were built from.
+#
+#   scripts/gpu-bundle.sh [--out DIR]     (default: out/gpu in the checkout; git ignores it)
+#
+# exit status: 0 packed, 1 a build failed, 2 a usage error
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out="$root/out/gpu"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --out) [[ $# -ge 2 ]] || { echo "gpu-bundle.sh: --out needs a folder" >&2; exit 2; }; out=$2; shift 2 ;;
+    *) echo "gpu-bundle.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
+  esac
+done
+say() { echo "gpu-bundle.sh: $*" >&2; }
+
+"$root/scripts/llama.sh" --build-only
+build="$root/build-gpu"
+"$root/scripts/setup.sh" test
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_LLAMA_TESTS=OFF > /dev/null
+say "building tpar-bench, tpar-info and the stream test"
+cmake --build "$build" --target tpar-bench tpar-info stream > "$build/bundle-build.log" 2>&1 ||
+  { tail -20 "$build/bundle-build.log" >&2; exit 1; }
+
+rm -rf "$out" && mkdir -p "$out/bin"
+pack() {  # FILE: stripped and compressed into bin/NAME.xz
+  local name
+  name=$(basename "$1")
+  strip -o "$out/bin/$name" "$1"
+  xz -T0 -6 -f "$out/bin/$name"
+}
+for p in llama-bench llama-server tpar-llama-model tpar-llama-logits; do pack "$root/build-llama/build/bin/$p"; done
+pack "$build/examples/tpar-bench"
+pack "$build/examples/tpar-info"
+pack "$build/tests/stream"
+{
+  echo "tree $(git -C "$root" rev-parse --short=7 HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!docs' 2>/dev/null || echo "+uncommitted")"
+  echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), llama.cpp 3f545bec + $(ls "$root"/integrations/llama.cpp/patches/*.patch | wc -l) patches"
+} > "$out/STAMP"
+say "packed $(du -sh "$out" | cut -f1) into $out: $(cat "$out/STAMP" | head -1)"

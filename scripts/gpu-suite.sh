@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Runs, on a GPU machine, what scripts/gpu-bundle.sh built elsewhere, and writes raw logs
+# that each begin with a stamp: the tree the programs were built from, the GPUs, driver,
+# Vulkan version and the date. Parts run in the order given; each can be run again by
+# itself (models already made are kept), so that a machine's per-command time limit can
+# be met in several calls.
+#
+#   scripts/gpu-suite.sh [options] PART...
+#
+# parts:
+#   env       the stamp alone (tpar-info, nvidia-smi)
+#   tests     the stream test (threads per device, NativeImport on real GPUs) and the
+#             llama.cpp cases dense-2 and decode-growth on the GPUs (logits equal to ggml's)
+#   chain     tpar-bench --chain 64 at 4/16/64 KiB, with and without 58 MiB of weights a
+#             dispatch, wirings streams, semaphores and threads, on 2 and on all GPUs
+#   llama     llama-bench -fa 1 on 1, 2 and all GPUs: -sm none, layer, tensor with ggml's
+#             AllReduce, tensor with tpar before (one thread, no replay: the same binary,
+#             GGML_VK_DISABLE_REPLAY=1 TPAR_GGML_THREADS=0), with replay only, and after;
+#             Llama-3-8B's shapes (pp512, tg128; and -d 8192 -n 128 on 2 GPUs) and
+#             Llama-3-70B's with 20 of 80 layers (pp512, tg64)
+#   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
+#             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
+#             traces come back in traces.tar.xz; scripts/timeline.py draws them)
+#
+# options:
+#   --bin DIR      the bundle (default: out/gpu in this checkout)
+#   --out DIR      where logs go (default: $OUT where set, else out/gpu-logs)
+#   --models DIR   where the random-weight models are made (default /tmp/tpar-models)
+#   --gpus N       use the first N GPUs as "all" (default: every GPU the driver shows)
+#   --virtual N    one GPU opened as N devices (GGML_VK_VISIBLE_DEVICES=0,0,...): host
+#                  times only, the GPU time-slices between the devices
+#   --quick        fewer repetitions (llama-bench -r 1), for a first look
+#   -h, --help     this text
+#
+# exit status: 0 every part ran, 1 a part failed (the log says which), 2 a usage error
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bundle="$root/out/gpu" out="${OUT:-$root/out/gpu-logs}" models=/tmp/tpar-models gpus="" virtual=0 reps=3
+parts=()
+usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+die_usage() { echo "gpu-suite.sh: $1 (--help)" >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --bin) [[ $# -ge 2 ]] || die_usage "--bin needs a folder"; bundle=$2; shift 2 ;;
+    --out) [[ $# -ge 2 ]] || die_usage "--out needs a folder"; out=$2; shift 2 ;;
+    --models) [[ $# -ge 2 ]] || die_usage "--models needs a folder"; models=$2; shift 2 ;;
+    --gpus) [[ $# -ge 2 && $2 =~ ^[1-8]$ ]] || die_usage "--gpus takes 1 to 8"; gpus=$2; shift 2 ;;
+    --virtual) [[ $# -ge 2 && $2 =~ ^[2-8]$ ]] || die_usage "--virtual takes 2 to 8"; virtual=$2; shift 2 ;;
+    --quick) reps=1; shift ;;
+    env|tests|chain|llama|trace) parts+=("$1"); shift ;;
+    *) die_usage "unknown part or option '$1'" ;;
+  esac
+done
+[[ ${#parts[@]} -gt 0 ]] || die_usage "name at least one part"
+[[ -f "$bundle/STAMP" ]] || { echo "gpu-suite.sh: no bundle in $bundle (scripts/gpu-bundle.sh makes it)" >&2; exit 1; }
+mkdir -p "$out" "$models"
+bin=/tmp/tpar-gpu-bin
+log="$out/suite-$(IFS=-; echo "${parts[*]}").log"
+say() { echo "gpu-suite.sh: $*" | tee -a "$log" >&2; }
+
+# The Vulkan loader (and vulkaninfo) where the machine has none: the .gl folder
+# ../shared/tools/gpu-prep fills, or Debian's packages already installed.
+if ! ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
+  if compgen -G "$root/.gl/*.deb" > /dev/null; then
+    for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+  fi
+fi
+[[ -n "${VK_DRIVER_FILES:-}" || ! -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]] ||
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+mkdir -p "$bin"
+for f in "$bundle"/bin/*.xz; do
+  t="$bin/$(basename "$f" .xz)"
+  [[ -x "$t" && "$t" -nt "$f" ]] || { xz -dc "$f" > "$t" && chmod +x "$t"; }
+done
+
+stamp() {
+  echo "# tpar gpu-suite: ${parts[*]}"
+  sed 's/^/# /' "$bundle/STAMP"
+  echo "# ran $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) CPU cores"
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader | sed 's/^/# gpu /'
+  fi
+  "$bin/tpar-info" 2>/dev/null | grep -iE "vulkan|driver|device" | head -12 | sed 's/^/# tpar-info: /'
+}
+stamp > "$log"
+
+n_gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+[[ -n "$gpus" ]] && n_gpus=$gpus
+visible() {  # N: the GGML_VK_VISIBLE_DEVICES (or tpar --devices) list of N devices
+  if [[ $virtual -gt 0 ]]; then printf '0%.0s,' $(seq 1 "$1") | sed 's/,$//'; else seq -s, 0 $(($1 - 1)); fi
+}
+all=$n_gpus
+[[ $virtual -gt 0 ]] && all=$virtual
+say "devices: $all ($([[ $virtual -gt 0 ]] && echo "one GPU opened $virtual times" || echo "$n_gpus GPUs"))"
+failed=0
+part_fail() { say "FAILED: $*"; failed=1; }
+
+model() {  # NAME ARGS...: the model file, made once
+  local name=$1; shift
+  local f="$models/$name.gguf"
+  if [[ ! -f "$f" ]]; then
+    say "making $name ($*)"
+    "$bin/tpar-llama-model" "$@" -o "$f.part" >> "$log" 2>&1 && mv "$f.part" "$f" || { part_fail "tpar-llama-model $name"; return 1; }
+  fi
+  echo "$f"
+}
+
+# The same binary before and after: the new paths switched off, replay alone, both on.
+declare -A variant=(
+  [before]="GGML_VK_DISABLE_REPLAY=1 TPAR_GGML_THREADS=0"
+  [replay]="TPAR_GGML_THREADS=0"
+  [after]=""
+)
+
+bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into the log
+  local label=$1 m=$2 n=$3 sm=$4 args=$5; shift 5
+  local vis
+  vis=$(visible "$n")
+  [[ $sm == none ]] && vis=0
+  echo "## llama-bench $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-bench -m $(basename "$m") -ngl 99 -fa 1 -sm $sm $args -r $reps" >> "$log"
+  local start=$SECONDS
+  # shellcheck disable=SC2086
+  if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
+       -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
+    cat "$out/bench.tmp" >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed" "$out/bench.err" | sed 's/^/# /' >> "$log"
+  else
+    tail -15 "$out/bench.err" >> "$log"
+    part_fail "llama-bench $label"
+  fi
+  echo "# ($((SECONDS - start)) s)" >> "$log"
+}
+
+run_tests() {
+  say "part tests"
+  "$bin/stream" --no-version 2>&1 | tail -5 >> "$log" || part_fail "stream test"
+  local dense
+  dense=$(model tiny "--preset" tiny) || return
+  mkdir -p "$models/cases"
+  cp "$dense" "$models/cases/dense.gguf"
+  for c in dense-2 decode-growth; do
+    echo "## case $c on devices $(visible 2)" >> "$log"
+    BIN=$bin MODELS=$models/cases WORK=/tmp/tpar-cases TPAR_LLAMA_PAIR=$(visible 2) TPAR_TEST_DEVICES=gpus \
+      "$root/tests/llama/case.sh" "$c" > "$out/case.tmp" 2>&1 || part_fail "case $c"
+    grep -vE "^(tpar info: ggml comm: AllReduce over|run: )" "$out/case.tmp" | tail -25 >> "$log"
+  done
+}
+
+run_chain() {
+  say "part chain"
+  local n
+  for n in 2 "$all"; do
+    for work in 0 58M; do
+      echo "## tpar-bench --devices $(visible "$n") --chain 64 --chain-work $work --chain-wiring all" >> "$log"
+      local dev=(--devices "$(visible "$n")")
+      [[ $virtual -gt 0 ]] && dev=(--virtual "$n")
+      "$bin/tpar-bench" "${dev[@]}" --chain 64 --chain-work "$work" --chain-wiring all --sizes 4K,16K,64K -n 20 -r "$reps" -q \
+        >> "$log" 2>&1 || part_fail "chain n=$n work=$work"
+    done
+    [[ $n == "$all" ]] && break
+  done
+}
+
+run_llama() {
+  say "part llama"
+  local m8 m70
+  m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
+  bench none-8b "$m8" 1 none "-p 512 -n 128"
+  bench layer2-8b "$m8" 2 layer "-p 512 -n 128"
+  bench ggml2-8b "$m8" 2 tensor "-p 512 -n 128" GGML_VK_DISABLE_TPAR=1
+  local n v
+  for n in 2 "$all"; do
+    for v in before replay after; do
+      # shellcheck disable=SC2086
+      bench "tpar$n-$v-8b" "$m8" "$n" tensor "-p 512 -n 128" ${variant[$v]}
+    done
+    [[ $n == "$all" ]] && break
+  done
+  bench none-8b-d8192 "$m8" 1 none "-p 0 -n 128 -d 8192"
+  bench layer2-8b-d8192 "$m8" 2 layer "-p 0 -n 128 -d 8192"
+  # shellcheck disable=SC2086
+  bench tpar2-before-8b-d8192 "$m8" 2 tensor "-p 0 -n 128 -d 8192" ${variant[before]}
+  bench tpar2-after-8b-d8192 "$m8" 2 tensor "-p 0 -n 128 -d 8192"
+  m70=$(model llama3-70b-20l-q8_0 --preset llama3-70b --layers 20) || return
+  bench none-70b20 "$m70" 1 none "-p 512 -n 64"
+  bench layer2-70b20 "$m70" 2 layer "-p 512 -n 64"
+  for n in 2 "$all"; do
+    for v in before after; do
+      # shellcheck disable=SC2086
+      bench "tpar$n-$v-70b20" "$m70" "$n" tensor "-p 512 -n 64" ${variant[$v]}
+    done
+    [[ $n == "$all" ]] && break
+  done
+}
+
+trace_one() {  # LABEL MODEL N SM GPU(0|1) ENV...: a trace of decode tokens, summarized
+  local label=$1 m=$2 n=$3 sm=$4 gpu=$5; shift 5
+  local vis
+  vis=$(visible "$n")
+  [[ $sm == none ]] && vis=0
+  local f="$out/trace-$label.json"
+  rm -f "$f"
+  env "$@" TPAR_TRACE="$f" TPAR_TRACE_GPU="$gpu" TPAR_TRACE_SKIP=24 TPAR_TRACE_SPAN=4 GGML_VK_VISIBLE_DEVICES="$vis" \
+    "$bin/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" -p 0 -n 48 -r 1 -o md > /dev/null 2> "$out/trace.err" ||
+    { tail -5 "$out/trace.err" >> "$log"; part_fail "trace $label"; return; }
+  echo "## trace $label: GGML_VK_VISIBLE_DEVICES=$vis $* TPAR_TRACE_GPU=$gpu llama-bench -sm $sm -p 0 -n 48 (a token in the middle)" >> "$log"
+  python3 "$root/scripts/timeline.py" "$f" -o "/tmp/timeline-$label.svg" --title "$label" --step 1 >> "$log" 2>&1 ||
+    part_fail "timeline $label"
+}
+
+run_trace() {
+  say "part trace"
+  local m8 n
+  m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
+  trace_one host-none-8b "$m8" 1 none 0
+  for n in 2 "$all"; do
+    # shellcheck disable=SC2086
+    trace_one "host-tpar$n-before-8b" "$m8" "$n" tensor 0 ${variant[before]}
+    trace_one "host-tpar$n-after-8b" "$m8" "$n" tensor 0
+    [[ $n == "$all" ]] && break
+  done
+  trace_one gpu-tpar2-after-8b "$m8" 2 tensor 1
+  # one file back for all the traces
+  (cd "$out" && tar -cJf traces.tar.xz trace-*.json && rm -f trace-*.json)
+}
+
+for p in "${parts[@]}"; do
+  start=$SECONDS
+  case "$p" in
+    env) ;;
+    tests) run_tests ;;
+    chain) run_chain ;;
+    llama) run_llama ;;
+    trace) run_trace ;;
+  esac
+  say "part $p: $((SECONDS - start)) s"
+done
+rm -f "$out"/*.tmp "$out"/*.err
+exit $failed
