@@ -15,7 +15,8 @@
 #             dispatch, wirings streams, semaphores and threads, on 2 and on all GPUs
 #   llama     llama-bench -fa 1 on 1, 2 and all GPUs: -sm none, layer, tensor with ggml's
 #             AllReduce, tensor with tpar before (one thread, no replay: the same binary,
-#             GGML_VK_DISABLE_REPLAY=1 TPAR_GGML_THREADS=0), with replay only, and after;
+#             GGML_VK_DISABLE_REPLAY=1 TPAR_GGML_THREADS=0), with replay only, after, and
+#             after with one vkQueueSubmit at a time (TPAR_SUBMIT_LOCK=1);
 #             Llama-3-8B's shapes (pp512, tg128; and -d 8192 -n 128 on 2 GPUs) and
 #             Llama-3-70B's with 20 of 80 layers (pp512, tg64)
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
@@ -107,11 +108,13 @@ model() {  # NAME ARGS...: the model file, made once
   echo "$f"
 }
 
-# The same binary before and after: the new paths switched off, replay alone, both on.
+# The same binary before and after: the new paths switched off, replay alone, both on,
+# and both on with one vkQueueSubmit at a time across the devices' threads.
 declare -A variant=(
   [before]="GGML_VK_DISABLE_REPLAY=1 TPAR_GGML_THREADS=0"
   [replay]="TPAR_GGML_THREADS=0"
   [after]=""
+  [lock]="TPAR_SUBMIT_LOCK=1"
 )
 
 bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into the log
@@ -135,7 +138,9 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
 
 run_tests() {
   say "part tests"
-  "$bin/stream" --no-version 2>&1 | tail -5 >> "$log" || part_fail "stream test"
+  # (no validation layer travels: the test runs without it, as on every GPU run)
+  TPAR_TEST_NO_VALIDATION=1 "$bin/stream" --no-version > "$out/stream.tmp" 2>&1 || part_fail "stream test"
+  grep -E "MESSAGE|waited|SKIP|ERROR|FAILED|test cases|assertions" "$out/stream.tmp" | tail -20 >> "$log"
   local dense
   dense=$(model tiny "--preset" tiny) || return
   mkdir -p "$models/cases"
@@ -172,7 +177,7 @@ run_llama() {
   bench ggml2-8b "$m8" 2 tensor "-p 512 -n 128" GGML_VK_DISABLE_TPAR=1
   local n v
   for n in 2 "$all"; do
-    for v in before replay after; do
+    for v in before replay after lock; do
       # shellcheck disable=SC2086
       bench "tpar$n-$v-8b" "$m8" "$n" tensor "-p 512 -n 128" ${variant[$v]}
     done
@@ -187,7 +192,7 @@ run_llama() {
   bench none-70b20 "$m70" 1 none "-p 512 -n 64"
   bench layer2-70b20 "$m70" 2 layer "-p 512 -n 64"
   for n in 2 "$all"; do
-    for v in before after; do
+    for v in before replay after; do
       # shellcheck disable=SC2086
       bench "tpar$n-$v-70b20" "$m70" "$n" tensor "-p 512 -n 64" ${variant[$v]}
     done
@@ -215,10 +220,12 @@ run_trace() {
   local m8 n
   m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
   trace_one host-none-8b "$m8" 1 none 0
+  local v
   for n in 2 "$all"; do
-    # shellcheck disable=SC2086
-    trace_one "host-tpar$n-before-8b" "$m8" "$n" tensor 0 ${variant[before]}
-    trace_one "host-tpar$n-after-8b" "$m8" "$n" tensor 0
+    for v in before replay after lock; do
+      # shellcheck disable=SC2086
+      trace_one "host-tpar$n-$v-8b" "$m8" "$n" tensor 0 ${variant[$v]}
+    done
     [[ $n == "$all" ]] && break
   done
   trace_one gpu-tpar2-after-8b "$m8" 2 tensor 1
