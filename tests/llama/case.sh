@@ -172,20 +172,21 @@ case "$name" in
     # Decode through changes of the graph mid-stream: past 256 cells of KV cache (llama.cpp
     # then pads n_kv to 512 and builds the graph anew, with new subgraph ids) and through
     # two changes of batch size (3 tokens at step 100, 5 at step 200, then 1 again). While a
-    # graph stays, ggml-vulkan replays each subgraph's recorded command buffers, and each
-    # device's thread enqueues its subgraphs and its part of every AllReduce. Every step's
-    # logits must equal ggml's own AllReduce's, number for number: with both on, with
-    # replay off (GGML_VK_DISABLE_REPLAY=1) and with one thread (TPAR_GGML_THREADS=0).
+    # graph stays, ggml-vulkan replays each subgraph's recorded command buffers (the
+    # default), and with TPAR_GGML_THREADS=1 each device's thread enqueues its subgraphs
+    # and its part of every AllReduce. Every step's logits must equal ggml's own
+    # AllReduce's, number for number: by default, with the threads, and with both off
+    # (GGML_VK_DISABLE_REPLAY=1).
     RUN_ARGS="--ctx 1024 -n 300 --batch-at 100:3,200:5"
     run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
     run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
+    run tpar-threads dense.gguf "$pair" tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
     run tpar-noreplay dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_DISABLE_REPLAY=1
-    run tpar-onethread dense.gguf "$pair" tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=0
     replay() {  # LABEL: "replayed recorded" of device 0, or nothing
       sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) subgraphs replayed, ([0-9]+) recorded for replay.*/\1 \2/p' "$dir/$1.log"
     }
     threads() { sed -nE 's/.*ggml comm: ([0-9]+) AllReduces enqueued by each device.s thread.*/\1/p' "$dir/$1.log"; }
-    for label in tpar tpar-noreplay tpar-onethread; do
+    for label in tpar tpar-threads tpar-noreplay; do
       check_served $label 2
       compare $label ggml --exact
       echo "$label: replayed, recorded for replay: $(replay $label); enqueued by the devices' threads: $(threads $label)"
@@ -196,9 +197,10 @@ case "$name" in
     [[ ${replayed:-0} -gt 1000 ]] || fail "tpar: ${replayed:-no} subgraphs replayed: replay did not run"
     [[ ${recorded:-0} -ge 45 ]] || fail "tpar: ${recorded:-no} subgraphs recorded for replay, not the 5 graphs' worth the run builds"
     [[ -z "$(replay tpar-noreplay)" ]] || fail "tpar-noreplay: GGML_VK_DISABLE_REPLAY=1 still replayed"
-    [[ -n "$(replay tpar-onethread)" ]] || fail "tpar-onethread: no replay"
-    [[ $(threads tpar) -gt 0 && $(threads tpar-noreplay) -gt 0 ]] || fail "the devices' threads enqueued no AllReduce"
-    [[ -z "$(threads tpar-onethread)" ]] || fail "tpar-onethread: TPAR_GGML_THREADS=0 still used the devices' threads"
+    [[ -n "$(replay tpar-threads)" ]] || fail "tpar-threads: no replay"
+    enqueued=$(threads tpar-threads)
+    [[ ${enqueued:-0} -gt 0 ]] || fail "tpar-threads: the devices' threads enqueued no AllReduce"
+    [[ -z "$(threads tpar)" && -z "$(threads tpar-noreplay)" ]] || fail "the devices' threads ran without TPAR_GGML_THREADS=1"
     ;;
   server)
     # Requests in a row to one llama-server with -sm tensor through tpar (users of an

@@ -33,35 +33,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <span>
-#include <string>
 #include <utility>
 #include <vector>
 
 namespace tpar::inline v0 {
-
-namespace detail {
-
-// One vkQueueSubmit at a time across every stream of the process (TPAR_SUBMIT_LOCK=1):
-// where each device's thread submits to its own stream, the driver's own locking may cost
-// more under contention than taking turns. Read once.
-inline bool serial_submits() {
-  static const bool on = [] {
-    const char* v = std::getenv("TPAR_SUBMIT_LOCK");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
-inline std::mutex& submit_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-}  // namespace detail
 
 class Stream {
  public:
@@ -237,13 +216,7 @@ class Stream {
 
   void submit_out(vk::Fence fence) {
     const auto infos = out_.infos(true);
-    vk::Result r;
-    if (detail::serial_submits()) {
-      std::lock_guard lock(detail::submit_mutex());
-      r = queue_.submit(infos, fence);
-    } else {
-      r = queue_.submit(infos, fence);
-    }
+    const vk::Result r = queue_.submit(infos, fence);
     out_.clear();
     if (r != vk::Result::eSuccess)
       throw Error(detail::code_for(r), "vkQueueSubmit (tpar::Stream): " + vk::to_string(r), r);

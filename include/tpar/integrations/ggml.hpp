@@ -12,13 +12,14 @@
 // The three hooks never throw: init returns null (and logs why), allreduce returns false
 // (declines, so ggml runs its own fallback, with nothing enqueued), free always frees.
 //
-// Two more, for a meta backend that enqueues each device's subgraphs on a thread of its
-// own (integrations/llama.cpp/patches/): allreduce_tensor_deferred accepts a call and
-// enqueues nothing, and enqueue_device(ctx, i), called by device i's thread after the
-// subgraph that wrote its tensor and before the next, enqueues device i's part of the
-// oldest such call it has not yet enqueued. Where a call cannot be split so (its steps
-// wait on each other across devices: the ring of prefill-sized calls), the deferred hook
-// declines it, and the meta backend waits for its threads and calls allreduce_tensor.
+// Two more, offered with TPAR_GGML_THREADS=1, for a meta backend that enqueues each
+// device's subgraphs on a thread of its own (integrations/llama.cpp/patches/):
+// allreduce_tensor_deferred accepts a call and enqueues nothing, and enqueue_device(ctx,
+// i), called by device i's thread after the subgraph that wrote its tensor and before the
+// next, enqueues device i's part of the oldest such call it has not yet enqueued. Where a
+// call cannot be split so (its steps wait on each other across devices: the ring of
+// prefill-sized calls), the deferred hook hands it back, and the meta backend waits for
+// its threads and calls allreduce_tensor.
 #pragma once
 
 #include <tpar/comm/any_communicator.hpp>
@@ -107,12 +108,15 @@ concept BackendTraits = requires(typename T::backend_t backend, typename T::tens
   { T::wait_for(backend, point) } noexcept;
 };
 
-// Whether the hook offers the deferred pair (each device's thread enqueues its part):
-// TPAR_GGML_THREADS=0 leaves them out, so that a meta backend with threads keeps to one.
+// Whether the hook offers the deferred pair (each device's thread enqueues its part), so
+// that a meta backend that can use a thread per device does: TPAR_GGML_THREADS=1. Off by
+// default: on NVIDIA's driver (580, four H100s) the devices' threads paid 34 us a
+// vkQueueSubmit against 6.5 us for one thread, and decoded slower than one thread with
+// replayed subgraphs (docs/design/decode-host.md).
 inline bool deferred_wanted() {
   static const bool on = [] {
     const char* v = std::getenv("TPAR_GGML_THREADS");
-    return !(v && std::string(v) == "0");
+    return v && std::string(v) == "1";
   }();
   return on;
 }
