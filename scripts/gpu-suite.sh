@@ -14,9 +14,9 @@
 #   chain     tpar-bench --chain 64 at 4/16/64 KiB, with and without 58 MiB of weights a
 #             dispatch, wirings streams, semaphores and threads, on 2 and on all GPUs
 #   llama     llama-bench -fa 1 on 1, 2 and all GPUs: -sm none, layer, tensor with ggml's
-#             AllReduce, tensor with tpar before (one thread, no replay: the same binary,
-#             GGML_VK_DISABLE_REPLAY=1 TPAR_GGML_THREADS=0), with replay only, after, and
-#             after with one vkQueueSubmit at a time (TPAR_SUBMIT_LOCK=1);
+#             AllReduce, tensor with tpar before (no replay, one thread: the same binary
+#             with GGML_VK_DISABLE_REPLAY=1), after (the defaults), and after with a thread
+#             per device (TPAR_GGML_THREADS=1);
 #             Llama-3-8B's shapes (pp512, tg128; and -d 8192 -n 128 on 2 GPUs) and
 #             Llama-3-70B's with 20 of 80 layers (pp512, tg64)
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
@@ -108,13 +108,12 @@ model() {  # NAME ARGS...: the model file, made once
   echo "$f"
 }
 
-# The same binary before and after: the new paths switched off, replay alone, both on,
-# and both on with one vkQueueSubmit at a time across the devices' threads.
+# The same binary before and after: replay off (as at 2d4dcbc), replay (the default), and
+# replay with a thread per device (TPAR_GGML_THREADS=1).
 declare -A variant=(
-  [before]="GGML_VK_DISABLE_REPLAY=1 TPAR_GGML_THREADS=0"
-  [replay]="TPAR_GGML_THREADS=0"
+  [before]="GGML_VK_DISABLE_REPLAY=1"
   [after]=""
-  [lock]="TPAR_SUBMIT_LOCK=1"
+  [threads]="TPAR_GGML_THREADS=1"
 )
 
 bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into the log
@@ -177,7 +176,7 @@ run_llama() {
   bench ggml2-8b "$m8" 2 tensor "-p 512 -n 128" GGML_VK_DISABLE_TPAR=1
   local n v
   for n in 2 "$all"; do
-    for v in before replay after lock; do
+    for v in before after threads; do
       # shellcheck disable=SC2086
       bench "tpar$n-$v-8b" "$m8" "$n" tensor "-p 512 -n 128" ${variant[$v]}
     done
@@ -192,7 +191,7 @@ run_llama() {
   bench none-70b20 "$m70" 1 none "-p 512 -n 64"
   bench layer2-70b20 "$m70" 2 layer "-p 512 -n 64"
   for n in 2 "$all"; do
-    for v in before replay after; do
+    for v in before after threads; do
       # shellcheck disable=SC2086
       bench "tpar$n-$v-70b20" "$m70" "$n" tensor "-p 512 -n 64" ${variant[$v]}
     done
@@ -207,11 +206,11 @@ trace_one() {  # LABEL MODEL N SM GPU(0|1) ENV...: a trace of decode tokens, sum
   [[ $sm == none ]] && vis=0
   local f="$out/trace-$label.json"
   rm -f "$f"
-  env "$@" TPAR_TRACE="$f" TPAR_TRACE_GPU="$gpu" TPAR_TRACE_SKIP=24 TPAR_TRACE_SPAN=4 GGML_VK_VISIBLE_DEVICES="$vis" \
+  env "$@" TPAR_TRACE="$f" TPAR_TRACE_GPU="$gpu" TPAR_TRACE_SKIP=24 TPAR_TRACE_SPAN=6 GGML_VK_VISIBLE_DEVICES="$vis" \
     "$bin/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" -p 0 -n 48 -r 1 -o md > /dev/null 2> "$out/trace.err" ||
     { tail -5 "$out/trace.err" >> "$log"; part_fail "trace $label"; return; }
   echo "## trace $label: GGML_VK_VISIBLE_DEVICES=$vis $* TPAR_TRACE_GPU=$gpu llama-bench -sm $sm -p 0 -n 48 (a token in the middle)" >> "$log"
-  python3 "$root/scripts/timeline.py" "$f" -o "/tmp/timeline-$label.svg" --title "$label" --step 1 >> "$log" 2>&1 ||
+  python3 "$root/scripts/timeline.py" "$f" -o "/tmp/timeline-$label.svg" --title "$label" --step all >> "$log" 2>&1 ||
     part_fail "timeline $label"
 }
 
@@ -222,7 +221,7 @@ run_trace() {
   trace_one host-none-8b "$m8" 1 none 0
   local v
   for n in 2 "$all"; do
-    for v in before replay after lock; do
+    for v in before after threads; do
       # shellcheck disable=SC2086
       trace_one "host-tpar$n-$v-8b" "$m8" "$n" tensor 0 ${variant[$v]}
     done

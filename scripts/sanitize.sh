@@ -2,9 +2,11 @@
 # Builds tpar's tests with sanitizers and runs the subset that covers its lifetime,
 # failure and concurrency code (docs/testing.md, "Sanitizers"):
 #   scripts/sanitize.sh address,undefined   behavior, fault (C++ API sweeps), c_api/dynamic, core, algo
-#   scripts/sanitize.sh thread              behavior (ProxyBridge threads, two callers), and the
+#   scripts/sanitize.sh thread              behavior (ProxyBridge threads, two callers), the
 #                                           fault sweeps of ring calls and destruction (failures
-#                                           met on ProxyBridge's threads, released from others)
+#                                           met on ProxyBridge's threads, released from others),
+#                                           and a thread per device enqueuing its part of each
+#                                           call (stream/, as the meta backend's threads do)
 # Built at -O1 -g1: a sanitized -O2 -g build of one test takes four times as long, and
 # CI runs both stages within its budget. Suppressions, each justified, are under
 # tests/sanitizers/ (only for the CPU driver and LLVM, which are not instrumented).
@@ -22,8 +24,8 @@ case "$kind" in
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
     ;;
   thread)
-    targets=(behavior fault)
-    tests='^(behavior/|fault/every)'
+    targets=(behavior fault stream)
+    tests='^(behavior/|fault/every|stream/streams: a thread per device)'
     export TPAR_FAULT_ONLY="call, ring|destruction"
     export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1"
     ;;

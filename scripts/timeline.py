@@ -3,11 +3,13 @@
 timeline of one step (a decode token): what the host thread was inside of, and when each
 command buffer ran on each GPU, with the figures that say where the step's time went.
 
-  timeline.py TRACE.json -o token.svg [--title TEXT] [--step K] [--summary-json FILE]
+  timeline.py TRACE.json -o token.svg [--title TEXT] [--step K|all] [--summary-json FILE]
 
 A step runs from the end of one synchronize to the end of the next (a token of llama.cpp:
 ggml-vulkan's synchronize on every device at its end; back-to-back synchronizes count as
-one). --step picks the K-th complete step of the window (default: the last). Printed, and
+one). --step picks the K-th complete step of the window (default: the last); --step all
+draws the last and prints the median over every complete step instead (the host's spans as
+a mean a step, per host thread too), what a token costs rather than one token. Printed, and
 written with --summary-json: the step's time; the host's enqueue time (its first
 graph_compute to the start of its synchronize); how much of the GPUs' work was done when
 the host finished enqueuing; per device its busy time, vkQueueSubmit calls (command
@@ -99,6 +101,30 @@ def summarize(events, names, begin, end):
     }
 
 
+def median_summary(events, names, steps):
+    """The median step's time and host enqueue over every step, the host spans' mean a step
+    (in all and per host thread), and the devices' figures of the last step."""
+    rows = [summarize(events, names, b, e) for b, e in steps]
+    med = lambda key: sorted(r[key] for r in rows)[len(rows) // 2]
+    spans, threads = {}, {}
+    for b, e in steps:
+        for ev in events:
+            if ev["pid"] == 0 and ev["ts"] >= b - 1e-6 and ev["ts"] + ev["dur"] <= e + 1e-6:
+                spans[ev["name"]] = spans.get(ev["name"], 0.0) + ev["dur"] / len(steps)
+                t = threads.setdefault(str(ev["tid"]), {})
+                t[ev["name"]] = t.get(ev["name"], 0.0) + ev["dur"] / len(steps)
+    out = dict(rows[-1])
+    out.update({
+        "steps": len(rows),
+        "step_us": med("step_us"),
+        "host_enqueue_us": med("host_enqueue_us"),
+        "host_enqueue_end_us": med("host_enqueue_end_us"),
+        "host_us_by_span": {k: round(v, 1) for k, v in sorted(spans.items())},
+        "host_us_by_thread": {t: {k: round(v, 1) for k, v in sorted(d.items())} for t, d in sorted(threads.items())},
+    })
+    return out
+
+
 def draw(events, names, begin, end, summary, title):
     width, left, row_h, top = 1500, 190, 26, 64
     rows = []  # (label, pid, tid)
@@ -164,7 +190,7 @@ def main():
     parser.add_argument("trace")
     parser.add_argument("-o", "--output", required=True, help="the SVG to write")
     parser.add_argument("--title", default="")
-    parser.add_argument("--step", type=int, default=-1, help="which complete step of the window (default: the last)")
+    parser.add_argument("--step", default="-1", help="which complete step of the window (default: the last), or all")
     parser.add_argument("--summary-json")
     try:
         args = parser.parse_args()
@@ -184,11 +210,15 @@ def main():
         steps = [(syncs[i][1], syncs[i + 1][1]) for i in range(len(syncs) - 1)]
     else:
         steps = [(min(e["ts"] for e in events), max(e["ts"] + e["dur"] for e in events))]
-    try:
-        begin, end = steps[args.step]
-    except IndexError:
-        fail(f"--step {args.step}: the window holds {len(steps)} complete step(s)", 2)
-    summary = summarize(events, names, begin, end)
+    if args.step != "all":
+        try:
+            begin, end = steps[int(args.step)]
+        except (IndexError, ValueError):
+            fail(f"--step {args.step}: the window holds {len(steps)} complete step(s); give an index or all", 2)
+        summary = summarize(events, names, begin, end)
+    else:
+        begin, end = steps[-1]
+        summary = median_summary(events, names, steps)
     summary["trace"] = args.trace
     summary["tpar"] = data.get("tpar", {})
     with open(args.output, "w") as f:
