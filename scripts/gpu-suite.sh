@@ -19,6 +19,9 @@
 #             per device (TPAR_GGML_THREADS=1);
 #             Llama-3-8B's shapes (pp512, tg128; and -d 8192 -n 128 on 2 GPUs) and
 #             Llama-3-70B's with 20 of 80 layers (pp512, tg64)
+#   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
+#             the host's time per token is the token): -sm none, layer, and tensor with tpar
+#             before, after and with the threads, on 2 and all GPUs
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
 #             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
 #             traces come back in traces.tar.xz; scripts/timeline.py draws them)
@@ -49,7 +52,7 @@ while [[ $# -gt 0 ]]; do
     --gpus) [[ $# -ge 2 && $2 =~ ^[1-8]$ ]] || die_usage "--gpus takes 1 to 8"; gpus=$2; shift 2 ;;
     --virtual) [[ $# -ge 2 && $2 =~ ^[2-8]$ ]] || die_usage "--virtual takes 2 to 8"; virtual=$2; shift 2 ;;
     --quick) reps=1; shift ;;
-    env|tests|chain|llama|trace) parts+=("$1"); shift ;;
+    env|tests|chain|llama|tiny|trace) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -199,6 +202,21 @@ run_llama() {
   done
 }
 
+run_tiny() {
+  say "part tiny"
+  local m n v
+  m=$(model tiny32-f16 --preset tiny --layers 32 --type f16) || return
+  bench none-tiny32 "$m" 1 none "-p 0 -n 64"
+  bench layer2-tiny32 "$m" 2 layer "-p 0 -n 64"
+  for n in 2 "$all"; do
+    for v in before after threads; do
+      # shellcheck disable=SC2086
+      bench "tpar$n-$v-tiny32" "$m" "$n" tensor "-p 0 -n 64" ${variant[$v]}
+    done
+    [[ $n == "$all" ]] && break
+  done
+}
+
 trace_one() {  # LABEL MODEL N SM GPU(0|1) ENV...: a trace of decode tokens, summarized
   local label=$1 m=$2 n=$3 sm=$4 gpu=$5; shift 5
   local vis
@@ -239,6 +257,7 @@ for p in "${parts[@]}"; do
     tests) run_tests ;;
     chain) run_chain ;;
     llama) run_llama ;;
+    tiny) run_tiny ;;
     trace) run_trace ;;
   esac
   say "part $p: $((SECONDS - start)) s"

@@ -6,8 +6,8 @@ command buffer ran on each GPU, with the figures that say where the step's time 
   timeline.py TRACE.json -o token.svg [--title TEXT] [--step K|all] [--summary-json FILE]
 
 A step runs from the end of one synchronize to the end of the next (a token of llama.cpp:
-ggml-vulkan's synchronize on every device at its end; back-to-back synchronizes count as
-one). --step picks the K-th complete step of the window (default: the last); --step all
+ggml-vulkan's synchronize on every device at its end; synchronizes with no graph_compute
+between them count as one). --step picks the K-th complete step of the window (default: the last); --step all
 draws the last and prints the median over every complete step instead (the host's spans as
 a mean a step, per host thread too), what a token costs rather than one token. Printed, and
 written with --summary-json: the step's time; the host's enqueue time (its first
@@ -44,14 +44,19 @@ def fail(message, code=1):
     sys.exit(code)
 
 
-def merge_syncs(spans):
-    """Synchronize spans grouped: a group's members start within 1 ms of the last's end."""
+def merge_syncs(spans, graphs=()):
+    """Synchronize spans grouped: those with no graph_compute (of `graphs`) starting between
+    them are one group (a token's end: every device's synchronize, one after another)."""
+    starts = sorted(g["ts"] for g in graphs)
     groups = []
     for s in sorted(spans, key=lambda e: e["ts"]):
-        if groups and s["ts"] - groups[-1][1] < 1000:
-            groups[-1][1] = max(groups[-1][1], s["ts"] + s["dur"])
-        else:
-            groups.append([s["ts"], s["ts"] + s["dur"]])
+        if groups:
+            last_end = groups[-1][1]
+            between = any(last_end <= t < s["ts"] for t in starts) if starts else s["ts"] - last_end >= 1000
+            if not between:
+                groups[-1][1] = max(groups[-1][1], s["ts"] + s["dur"])
+                continue
+        groups.append([s["ts"], s["ts"] + s["dur"]])
     return groups
 
 
@@ -205,7 +210,8 @@ def main():
     names = {e["pid"]: e["args"]["name"] for e in data.get("traceEvents", []) if e.get("ph") == "M"}
     if not events:
         fail(f"{args.trace} holds no spans")
-    syncs = merge_syncs([e for e in events if e["pid"] == 0 and e["name"] == "synchronize"])
+    syncs = merge_syncs([e for e in events if e["pid"] == 0 and e["name"] == "synchronize"],
+                        [e for e in events if e["pid"] == 0 and e["name"] == "graph_compute"])
     if len(syncs) >= 2:
         steps = [(syncs[i][1], syncs[i + 1][1]) for i in range(len(syncs) - 1)]
     else:
