@@ -105,7 +105,7 @@ build_llama() {
   fi
 
   stage "build"
-  targets=(llama-bench llama-completion llama-server tpar-llama-model tpar-llama-logits)
+  targets=(llama-bench llama-server tpar-llama-model tpar-llama-logits)
   if [[ ! -f "$build_dir/build/build.ninja" ]]; then
     say "configuring"
     cmake -S "$root/integrations/llama.cpp" -B "$build_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
