@@ -4,7 +4,8 @@
 #   scripts/setup.sh         build + run: compiler, CMake, Ninja, Vulkan headers/loader and
 #                            lavapipe (the CPU driver, for machines without a GPU)
 #   scripts/setup.sh test    the above plus glslc, SPIR-V tools, doctest, the validation layers,
-#                            pkg-config, curl and jq (the llama-server case), and what building
+#                            pkg-config, curl and jq (the llama-server case), python3 (the
+#                            docs' rendered figures), and what building
 #                            the pinned llama.cpp needs
 #   scripts/setup.sh llama   build + run, plus what building the pinned llama.cpp needs
 set -euo pipefail
@@ -12,7 +13,7 @@ packages=(g++ cmake ninja-build libvulkan-dev libvulkan1 mesa-vulkan-drivers)
 llama=(glslc spirv-headers patch xz-utils)
 case "${1:-}" in
   "") ;;
-  test) packages+=(spirv-tools doctest-dev vulkan-validationlayers pkg-config curl jq "${llama[@]}") ;;
+  test) packages+=(spirv-tools doctest-dev vulkan-validationlayers pkg-config curl jq python3 "${llama[@]}") ;;
   llama) packages+=("${llama[@]}") ;;
   *) echo "setup: unknown profile '$1' (use: test, llama, or none)" >&2; exit 2 ;;
 esac

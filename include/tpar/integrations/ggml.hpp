@@ -151,7 +151,8 @@ Stream* stream_of(typename T::backend_t backend) {
 
 // The comm context behind ggml's void*: the backends' devices adopted into one group and
 // a runtime-selected communicator over them. One thread uses it at a time (ggml's meta
-// backend calls it from its graph_compute).
+// backend calls it from its graph_compute), but for enqueue_device(), which each device's
+// thread calls for its own device while the meta backend's thread makes the next calls.
 template <BackendTraits Traits>
 class GgmlComm {
  public:
