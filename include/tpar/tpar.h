@@ -292,7 +292,7 @@ typedef struct tpar_comm_options {
   tpar_sync sync;
   tpar_algo algo;
   tpar_wire wire;
-  uint32_t depth;             /* calls in flight at once; 0 = default (2) */
+  uint32_t depth;             /* calls in flight at once; 0 = sized by staging (2 to 128, docs/api.md) */
   uint64_t timeout_ns;        /* bound on every wait tpar makes; 0 = default (10 s) */
   uint64_t oneshot_max_bytes; /* 0 = default (12 MiB) */
   uint64_t bf16_min_bytes;    /* payload from which the automatic wire is bf16; 0 = default (1 MiB) */
