@@ -5,26 +5,32 @@
 # they were built from.
 #
 #   scripts/gpu-bundle.sh [--out DIR]     (default: out/gpu in the checkout; git ignores it)
+#   scripts/gpu-bundle.sh --mixed [--out DIR]
+#                                        (default out/gpu-mixed) for gpu-suite.sh's part mixed:
+#                                        tpar-info, tpar-bench, the numerics test and Debian's
+#                                        lavapipe packed to run beside the GPU's driver
 #
 # exit status: 0 packed, 1 a build failed, 2 a usage error
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out="$root/out/gpu"
+out="" mixed=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    -h|--help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --out) [[ $# -ge 2 ]] || { echo "gpu-bundle.sh: --out needs a folder" >&2; exit 2; }; out=$2; shift 2 ;;
+    --mixed) mixed=1; shift ;;
     *) echo "gpu-bundle.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
 done
 say() { echo "gpu-bundle.sh: $*" >&2; }
+[[ -n "$out" ]] || { [[ $mixed -eq 1 ]] && out="$root/out/gpu-mixed" || out="$root/out/gpu"; }
 
-"$root/scripts/llama.sh" --build-only
+[[ $mixed -eq 1 ]] || "$root/scripts/llama.sh" --build-only
 build="$root/build-gpu"
 "$root/scripts/setup.sh" test
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_LLAMA_TESTS=OFF > /dev/null
-say "building tpar-bench, tpar-info and the stream test"
-cmake --build "$build" --target tpar-bench tpar-info stream > "$build/bundle-build.log" 2>&1 ||
+say "building tpar-bench, tpar-info and the stream and numerics tests"
+cmake --build "$build" --target tpar-bench tpar-info stream numerics > "$build/bundle-build.log" 2>&1 ||
   { tail -20 "$build/bundle-build.log" >&2; exit 1; }
 
 rm -rf "$out" && mkdir -p "$out/bin"
@@ -34,10 +40,15 @@ pack() {  # FILE: stripped and compressed into bin/NAME.xz
   strip -o "$out/bin/$name" "$1"
   xz -T0 -6 -f "$out/bin/$name"
 }
-for p in llama-bench llama-server tpar-llama-model tpar-llama-logits; do pack "$root/build-llama/build/bin/$p"; done
+if [[ $mixed -eq 1 ]]; then
+  pack "$build/tests/numerics"
+  "$root/scripts/lavapipe-pack.sh" "$out/lvp.tar.xz" >&2
+else
+  for p in llama-bench llama-server tpar-llama-model tpar-llama-logits; do pack "$root/build-llama/build/bin/$p"; done
+  pack "$build/tests/stream"
+fi
 pack "$build/examples/tpar-bench"
 pack "$build/examples/tpar-info"
-pack "$build/tests/stream"
 {
   echo "tree $(git -C "$root" rev-parse --short=7 HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!docs' 2>/dev/null || echo "+uncommitted")"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), llama.cpp 3f545bec + $(ls "$root"/integrations/llama.cpp/patches/*.patch | wc -l) patches"

@@ -22,6 +22,9 @@
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
 #             before, after and with the threads, on 2 and all GPUs
+#   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
+#             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
+#             on both devices) and tpar-bench --soak 240 over the pair
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
 #             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
 #             traces come back in traces.tar.xz; scripts/timeline.py draws them)
@@ -52,7 +55,7 @@ while [[ $# -gt 0 ]]; do
     --gpus) [[ $# -ge 2 && $2 =~ ^[1-8]$ ]] || die_usage "--gpus takes 1 to 8"; gpus=$2; shift 2 ;;
     --virtual) [[ $# -ge 2 && $2 =~ ^[2-8]$ ]] || die_usage "--virtual takes 2 to 8"; virtual=$2; shift 2 ;;
     --quick) reps=1; shift ;;
-    env|tests|chain|llama|tiny|trace) parts+=("$1"); shift ;;
+    env|tests|chain|llama|tiny|trace|mixed) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -202,6 +205,22 @@ run_llama() {
   done
 }
 
+run_mixed() {
+  say "part mixed"
+  [[ -f "$bundle/lvp.tar.xz" ]] || { part_fail "no lavapipe in the bundle (scripts/gpu-bundle.sh --mixed)"; return; }
+  mkdir -p /tmp/tpar-lvp && tar -xJf "$bundle/lvp.tar.xz" -C /tmp/tpar-lvp
+  (
+    export VK_DRIVER_FILES="${VK_DRIVER_FILES:+$VK_DRIVER_FILES:}/tmp/tpar-lvp/lvp_icd.json"
+    echo "## tpar-info --devices 0,1 (VK_DRIVER_FILES=$VK_DRIVER_FILES)" >> "$log"
+    "$bin/tpar-info" --devices 0,1 >> "$log" 2>&1 || part_fail "tpar-info over the pair"
+    echo "## TPAR_TEST_DEVICES=all TPAR_TEST_NO_VALIDATION=1 numerics" >> "$log"
+    TPAR_TEST_DEVICES=all TPAR_TEST_NO_VALIDATION=1 "$bin/numerics" --no-version > "$out/numerics.tmp" 2>&1 || part_fail "numerics over the pair"
+    grep -E "MESSAGE|SKIP|ERROR|FAILED|test cases|assertions" "$out/numerics.tmp" | tail -20 >> "$log"
+    echo "## tpar-bench --devices 0,1 --soak 240" >> "$log"
+    "$bin/tpar-bench" --devices 0,1 --soak 240 -q >> "$log" 2>&1 || part_fail "soak over the pair"
+  ) || true
+}
+
 run_tiny() {
   say "part tiny"
   local m n v
@@ -258,6 +277,7 @@ for p in "${parts[@]}"; do
     chain) run_chain ;;
     llama) run_llama ;;
     tiny) run_tiny ;;
+    mixed) run_mixed ;;
     trace) run_trace ;;
   esac
   say "part $p: $((SECONDS - start)) s"
