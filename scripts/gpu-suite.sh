@@ -22,6 +22,10 @@
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
 #             before, after and with the threads, on 2 and all GPUs
+#   cuda      the CUDA anchor: the pinned llama.cpp built here with ggml-cuda (nvcc, sm_90;
+#             NCCL from PyTorch's wheel), llama-bench on the same models: -sm none, and
+#             -sm tensor on 2 and all GPUs with GGML_CUDA_ALLREDUCE=internal, nccl, and nccl
+#             with NCCL_P2P_DISABLE=1 (staged through host memory, as tpar must)
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
 #             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
 #             on both devices) and tpar-bench --soak 240 over the pair
@@ -55,7 +59,7 @@ while [[ $# -gt 0 ]]; do
     --gpus) [[ $# -ge 2 && $2 =~ ^[1-8]$ ]] || die_usage "--gpus takes 1 to 8"; gpus=$2; shift 2 ;;
     --virtual) [[ $# -ge 2 && $2 =~ ^[2-8]$ ]] || die_usage "--virtual takes 2 to 8"; virtual=$2; shift 2 ;;
     --quick) reps=1; shift ;;
-    env|tests|chain|llama|tiny|trace|mixed) parts+=("$1"); shift ;;
+    env|tests|chain|llama|tiny|trace|mixed|cuda) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -205,6 +209,57 @@ run_llama() {
   done
 }
 
+run_cuda() {
+  say "part cuda"
+  local work=/tmp/tpar-cuda nccl
+  nccl=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl 2>/dev/null | head -1)
+  [[ -n "$nccl" && -f "$nccl/include/nccl.h" ]] || { part_fail "no NCCL in PyTorch's wheel"; return; }
+  [[ -e "$nccl/lib/libnccl.so" ]] || ln -s libnccl.so.2 "$nccl/lib/libnccl.so"
+  if [[ ! -x $work/build/bin/llama-bench ]]; then
+    mkdir -p $work && tar -xJf "$root/third_party/llama.cpp-3f545bec.tar.xz" -C $work
+    local start=$SECONDS
+    cmake -S $work/llama.cpp -B $work/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DGGML_CUDA_NCCL=ON -DNCCL_ROOT="$nccl" -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > $work/configure.log 2>&1 &&
+      cmake --build $work/build --target llama-bench -j "$(nproc)" > $work/build.log 2>&1 ||
+      { tail -20 $work/configure.log $work/build.log >> "$log"; part_fail "the CUDA build"; return; }
+    echo "# llama.cpp 3f545bec with ggml-cuda (sm_90, NCCL $(ls $nccl/lib/libnccl.so.* | head -1 | sed 's/.*so\.//')), built in $((SECONDS - start)) s" >> "$log"
+  fi
+  local m8 m70 n mode
+  m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
+  m70=$(model llama3-70b-20l-q8_0 --preset llama3-70b --layers 20) || return
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 LD_LIBRARY_PATH="$nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  cuda_bench() {  # LABEL MODEL N SM ARGS ENV...
+    local label=$1 m=$2 k=$3 sm=$4 args=$5; shift 5
+    local vis
+    vis=$(seq -s, 0 $((k - 1)))
+    echo "## llama-bench $label: CUDA_VISIBLE_DEVICES=$vis $* llama-bench (CUDA) -m $(basename "$m") -ngl 99 -fa 1 -sm $sm $args -r $reps" >> "$log"
+    # shellcheck disable=SC2086
+    if env "$@" CUDA_VISIBLE_DEVICES="$vis" $work/build/bin/llama-bench -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" -o md \
+         > "$out/bench.tmp" 2> "$out/bench.err"; then
+      cat "$out/bench.tmp" >> "$log"
+    else
+      tail -15 "$out/bench.err" >> "$log"
+      part_fail "CUDA llama-bench $label"
+    fi
+  }
+  for pair in "8b:$m8:-p 512 -n 128" "70b20:$m70:-p 512 -n 64"; do
+    local suffix=${pair%%:*} rest=${pair#*:}
+    local m=${rest%%:*} args=${rest#*:}
+    cuda_bench "cuda-none-$suffix" "$m" 1 none "$args"
+    for n in 2 "$all"; do
+      for mode in internal nccl nccl-p2p-off; do
+        if [[ $mode == nccl-p2p-off ]]; then
+          cuda_bench "cuda$n-$mode-$suffix" "$m" "$n" tensor "$args" GGML_CUDA_ALLREDUCE=nccl NCCL_P2P_DISABLE=1
+        else
+          cuda_bench "cuda$n-$mode-$suffix" "$m" "$n" tensor "$args" GGML_CUDA_ALLREDUCE=$mode
+        fi
+      done
+      [[ $n == "$all" ]] && break
+    done
+  done
+}
+
 run_mixed() {
   say "part mixed"
   [[ -f "$bundle/lvp.tar.xz" ]] || { part_fail "no lavapipe in the bundle (scripts/gpu-bundle.sh --mixed)"; return; }
@@ -278,6 +333,7 @@ for p in "${parts[@]}"; do
     llama) run_llama ;;
     tiny) run_tiny ;;
     mixed) run_mixed ;;
+    cuda) run_cuda ;;
     trace) run_trace ;;
   esac
   say "part $p: $((SECONDS - start)) s"
