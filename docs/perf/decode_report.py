@@ -28,6 +28,7 @@ RUN = "decode-host-h100x4-4cc2272.txt"
 TRACES = "decode-host-h100x4-4cc2272-traces.tar.xz"
 TINY = "decode-host-h100x4-tiny-a63afdb.txt"
 SVG = "timeline-8b-h100x2-after.svg"
+CUDA = "decode-cuda-h100x4-a81da69.txt"
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import timeline  # noqa: E402  (the same step rules the pictures use)
 sys.path.insert(0, HERE)
@@ -316,6 +317,40 @@ def render():
     ]
     blocks["decode-targets"] = "\n".join(targets)
 
+    # --- the CUDA anchor: ggml-cuda's -sm tensor on the same machine, same run as tpar's rows
+    cuda_log = read(CUDA)
+    sc, cb = stamp(cuda_log), benches(cuda_log)
+    crows = ["| model | GPUs | tpar (Vulkan, host memory) | CUDA, ggml's own AllReduce | CUDA + NCCL, peer-to-peer off (host memory) "
+             "| CUDA + NCCL over NVLink (reference) |", "|---|---|---|---|---|---|"]
+    cuda_ratio = {}
+    for model, suffix, tg in (("Llama-3-8B shapes", "8b", "tg128"), ("70B shapes, 20 layers", "70b20", "tg64")):
+        vk1, cu1 = t(cb, f"none-{suffix}", tg), t(cb, f"cuda-none-{suffix}", tg)
+        for k in (2, n):
+            r = {"tpar": t(cb, f"tpar{k}-after-{suffix}", tg) / vk1}
+            for mode in ("internal", "nccl-p2p-off", "nccl"):
+                r[mode] = t(cb, f"cuda{k}-{mode}-{suffix}", tg) / cu1
+            cuda_ratio[(suffix, k)] = r
+            crows.append(f"| {model if k == 2 else ''} | {k} | {r['tpar']:.2f}x | {r['internal']:.2f}x | {r['nccl-p2p-off']:.2f}x "
+                         f"| {r['nccl']:.2f}x |")
+    blocks["decode-cuda"] = "\n".join(
+        [f"Decode (tg) against each backend's own one GPU: {n} × {sc['gpu']}, {sc['date']}, one machine, one run (tree "
+         f"{sc['tree']}, tpar's binaries of {s['tree']}); the pinned llama.cpp built there with ggml-cuda (sm_90, NCCL from "
+         f"PyTorch's wheel), `GGML_CUDA_ALLREDUCE=internal|nccl`, `NCCL_P2P_DISABLE=1` for NCCL staged through host "
+         f"memory, as tpar must. One GPU: Vulkan {t(cb, 'none-8b', 'tg128'):.2f} and CUDA {t(cb, 'cuda-none-8b', 'tg128'):.2f} "
+         f"t/s (8B), {t(cb, 'none-70b20', 'tg64'):.2f} and {t(cb, 'cuda-none-70b20', 'tg64'):.2f} (70B shapes). Raw: "
+         f"[perf/raw/{CUDA}](perf/raw/{CUDA}).", "", "    scripts/gpu-suite.sh cuda llama", ""] + crows)
+
+    beat = [cuda_ratio[(m, k)]["tpar"] >= cuda_ratio[(m, k)]["nccl-p2p-off"] for m in ("8b", "70b20") for k in (2, n)]
+    blocks["decode-targets"] += "\n" + (
+        f"- Beat CUDA's ratios over host memory (NCCL, peer-to-peer off; run of {sc['tree']} above): 8B "
+        f"{cuda_ratio[('8b', 2)]['tpar']:.2f}x / {cuda_ratio[('8b', n)]['tpar']:.2f}x against "
+        f"{cuda_ratio[('8b', 2)]['nccl-p2p-off']:.2f}x / {cuda_ratio[('8b', n)]['nccl-p2p-off']:.2f}x, 70B shapes "
+        f"{cuda_ratio[('70b20', 2)]['tpar']:.2f}x / {cuda_ratio[('70b20', n)]['tpar']:.2f}x against "
+        f"{cuda_ratio[('70b20', 2)]['nccl-p2p-off']:.2f}x / {cuda_ratio[('70b20', n)]['nccl-p2p-off']:.2f}x: "
+        f"{verdict(all(beat))}; CUDA's own AllReduce on {n} GPUs ({cuda_ratio[('8b', n)]['internal']:.2f}x, "
+        f"{cuda_ratio[('70b20', n)]['internal']:.2f}x) "
+        f"{'tpar beats' if all(cuda_ratio[(m, n)]['tpar'] > cuda_ratio[(m, n)]['internal'] for m in ('8b', '70b20')) else 'tpar does not beat'}.")
+
     # --- README's verdict
     blocks["readme-verdict"] = (
         f"**Where it stands** (docs/PERFORMANCE.md). In llama.cpp on {n} NVIDIA {s['gpu'].replace('NVIDIA ', '').split()[0]}s "
@@ -328,8 +363,13 @@ def render():
         f"semaphore hop between devices (docs/design/decode-host.md). The host is no longer what bounds decode: with "
         f"replayed subgraphs it enqueues an 8B token in {tr['host-tpar2-after-8b']['host_enqueue_us'] / 1000:.2f} ms on "
         f"2 GPUs and {tr[f'host-tpar{n}-after-8b']['host_enqueue_us'] / 1000:.2f} ms on {n} "
-        f"(`-sm none`: {none_enq / 1000:.2f} ms). CUDA's `-sm tensor` (NCCL) has not run on this tree: "
-        f"`scripts/gpu-suite.sh` has no part for it yet.")
+        f"(`-sm none`: {none_enq / 1000:.2f} ms). Against CUDA's `-sm tensor` on the same machine in one run, each "
+        f"over its own one GPU: with NCCL staged through host memory, as tpar must be, CUDA decodes the 8B shapes at "
+        f"{cuda_ratio[('8b', 2)]['nccl-p2p-off']:.2f}x and {cuda_ratio[('8b', n)]['nccl-p2p-off']:.2f}x (tpar "
+        f"{cuda_ratio[('8b', 2)]['tpar']:.2f}x and {cuda_ratio[('8b', n)]['tpar']:.2f}x) and the 70B shapes at "
+        f"{cuda_ratio[('70b20', 2)]['nccl-p2p-off']:.2f}x and {cuda_ratio[('70b20', n)]['nccl-p2p-off']:.2f}x (tpar "
+        f"{cuda_ratio[('70b20', 2)]['tpar']:.2f}x and {cuda_ratio[('70b20', n)]['tpar']:.2f}x); with its own AllReduce, "
+        f"{cuda_ratio[('8b', n)]['internal']:.2f}x and {cuda_ratio[('70b20', n)]['internal']:.2f}x on {n} GPUs.")
     for name in ("readme-verdict", "readme-allreduce", "decode-host-why", "decode-gpu"):
         blocks[name] = textwrap.fill(blocks[name], width=89, break_on_hyphens=False, break_long_words=False)
     return blocks
