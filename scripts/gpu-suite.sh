@@ -26,6 +26,10 @@
 #             NCCL from PyTorch's wheel), llama-bench on the same models: -sm none, and
 #             -sm tensor on 2 and all GPUs with GGML_CUDA_ALLREDUCE=internal, nccl, and nccl
 #             with NCCL_P2P_DISABLE=1 (staged through host memory, as tpar must)
+#   server    llama-server -sm tensor on 2 devices with tpar, the 8B shapes (--model-preset
+#             tiny for a quick look): 4 slots and 8 requests at once, twice, then one slot
+#             and three requests in a row; every request answered, tokens/s per request and
+#             in all, and every text equal to ggml's own AllReduce's (TPAR_WIRE=f32)
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
 #             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
 #             on both devices) and tpar-bench --soak 240 over the pair
@@ -46,7 +50,7 @@
 # exit status: 0 every part ran, 1 a part failed (the log says which), 2 a usage error
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bundle="$root/out/gpu" out="${OUT:-$root/out/gpu-logs}" models=/tmp/tpar-models gpus="" virtual=0 reps=3
+bundle="$root/out/gpu" out="${OUT:-$root/out/gpu-logs}" models=/tmp/tpar-models gpus="" virtual=0 reps=3 server_preset=llama3-8b
 parts=()
 usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die_usage() { echo "gpu-suite.sh: $1 (--help)" >&2; exit 2; }
@@ -59,7 +63,8 @@ while [[ $# -gt 0 ]]; do
     --gpus) [[ $# -ge 2 && $2 =~ ^[1-8]$ ]] || die_usage "--gpus takes 1 to 8"; gpus=$2; shift 2 ;;
     --virtual) [[ $# -ge 2 && $2 =~ ^[2-8]$ ]] || die_usage "--virtual takes 2 to 8"; virtual=$2; shift 2 ;;
     --quick) reps=1; shift ;;
-    env|tests|chain|llama|tiny|trace|mixed|cuda) parts+=("$1"); shift ;;
+    --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
+    env|tests|chain|llama|tiny|trace|mixed|cuda|server) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -209,6 +214,43 @@ run_llama() {
   done
 }
 
+run_server() {
+  say "part server"
+  local m
+  m=$(model "server-$server_preset" --preset "$server_preset") || return
+  local vis
+  vis=$(visible 2)
+  # one server: LABEL SLOTS ENV...; then requests by rounds
+  serve_rounds() {
+    local label=$1 slots=$2; shift 2
+    local port=$((20000 + RANDOM % 20000))
+    env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-server" -m "$m" -ngl 99 -fa on -sm tensor -c 4096 \
+      -np "$slots" --no-warmup --host 127.0.0.1 --port "$port" > "$out/server-$label.err" 2>&1 &
+    local pid=$! ready=0
+    for _ in $(seq 1 600); do
+      python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1)" 2>/dev/null && { ready=1; break; }
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.5
+    done
+    if [[ $ready -ne 1 ]]; then
+      kill $pid 2>/dev/null; tail -20 "$out/server-$label.err" >> "$log"; part_fail "llama-server $label did not come up"; return 1
+    fi
+    python3 "$root/scripts/server_load.py" --port "$port" --label "$label" --slots "$slots" --out "$out/server-$label.json" >> "$log" 2>&1 ||
+      part_fail "requests to llama-server $label"
+    kill -INT $pid 2>/dev/null; wait $pid 2>/dev/null
+    grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
+  }
+  echo "## llama-server $(basename "$m") -ngl 99 -fa on -sm tensor -c 4096, GGML_VK_VISIBLE_DEVICES=$vis" >> "$log"
+  serve_rounds tpar-4 4 TPAR_WIRE=f32 || return
+  serve_rounds ggml-4 4 GGML_VK_DISABLE_TPAR=1 || return
+  serve_rounds tpar-1 1 TPAR_WIRE=f32 || return
+  serve_rounds ggml-1 1 GGML_VK_DISABLE_TPAR=1 || return
+  python3 "$root/scripts/server_load.py" --compare "$out/server-tpar-4.json" "$out/server-ggml-4.json" >> "$log" 2>&1 ||
+    part_fail "tpar's texts differ from ggml's (4 slots)"
+  python3 "$root/scripts/server_load.py" --compare "$out/server-tpar-1.json" "$out/server-ggml-1.json" >> "$log" 2>&1 ||
+    part_fail "tpar's texts differ from ggml's (one slot)"
+}
+
 run_cuda() {
   say "part cuda"
   local work=/tmp/tpar-cuda nccl
@@ -334,6 +376,7 @@ for p in "${parts[@]}"; do
     tiny) run_tiny ;;
     mixed) run_mixed ;;
     cuda) run_cuda ;;
+    server) run_server ;;
     trace) run_trace ;;
   esac
   say "part $p: $((SECONDS - start)) s"
