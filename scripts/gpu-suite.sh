@@ -29,7 +29,9 @@
 #   server    llama-server -sm tensor on 2 devices with tpar, the 8B shapes (--model-preset
 #             tiny for a quick look): 4 slots and 8 requests at once, twice, then one slot
 #             and three requests in a row; every request answered, tokens/s per request and
-#             in all, and every text equal to ggml's own AllReduce's (TPAR_WIRE=f32)
+#             in all, and with one slot every text equal to ggml's own AllReduce's
+#             (TPAR_WIRE=f32; with several slots the texts are compared, not checked: the
+#             server's batching, and so its kernels, differ from run to run)
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
 #             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
 #             on both devices) and tpar-bench --soak 240 over the pair
@@ -245,8 +247,10 @@ run_server() {
   serve_rounds ggml-4 4 GGML_VK_DISABLE_TPAR=1 || return
   serve_rounds tpar-1 1 TPAR_WIRE=f32 || return
   serve_rounds ggml-1 1 GGML_VK_DISABLE_TPAR=1 || return
-  python3 "$root/scripts/server_load.py" --compare "$out/server-tpar-4.json" "$out/server-ggml-4.json" >> "$log" 2>&1 ||
-    part_fail "tpar's texts differ from ggml's (4 slots)"
+  # With several slots the server batches requests as they happen to arrive, and a batch's
+  # size picks ggml's kernels: two runs of one backend already differ in some texts (on two
+  # H100s, ggml against ggml 8 of 16 the same). So this one is a figure, not a check.
+  python3 "$root/scripts/server_load.py" --compare "$out/server-tpar-4.json" "$out/server-ggml-4.json" >> "$log" 2>&1 || true
   python3 "$root/scripts/server_load.py" --compare "$out/server-tpar-1.json" "$out/server-ggml-1.json" >> "$log" 2>&1 ||
     part_fail "tpar's texts differ from ggml's (one slot)"
 }
