@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds here what scripts/gpu-suite.sh runs on a GPU machine and packs it small enough to
 # travel: llama.cpp with tpar's patches (scripts/llama.sh), tpar-bench, tpar-info and the
-# stream test, stripped and xz-compressed into one folder, with a stamp naming the tree
-# they were built from.
+# stream test, stripped and xz-compressed into one folder, with Debian's Vulkan loader
+# packages (apt-get download; the GPU machines may have no loader) and a stamp naming
+# the tree they were built from.
 #
 #   scripts/gpu-bundle.sh [--out DIR]     (default: out/gpu in the checkout; git ignores it)
 #   scripts/gpu-bundle.sh --mixed [--out DIR]
@@ -49,6 +50,11 @@ else
 fi
 pack "$build/examples/tpar-bench"
 pack "$build/examples/tpar-info"
+# The loader and vulkaninfo, with the GL libraries vulkan-tools links, as .deb files that
+# gpu-suite.sh unpacks where the machine has no libvulkan.so.1.
+mkdir -p "$out/debs"
+(cd "$out/debs" && apt-get download -q libvulkan1 vulkan-tools libglvnd0 libglx0 libgl1 libegl1 \
+  libopengl0 libgles2 > /dev/null 2>&1) || { say "apt-get download of the loader packages failed"; exit 1; }
 {
   echo "tree $(git -C "$root" rev-parse --short=7 HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!docs' 2>/dev/null || echo "+uncommitted")"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), llama.cpp 3f545bec + $(ls "$root"/integrations/llama.cpp/patches/*.patch | wc -l) patches"

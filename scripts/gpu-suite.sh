@@ -77,13 +77,13 @@ bin=/tmp/tpar-gpu-bin
 log="$out/suite-$(IFS=-; echo "${parts[*]}").log"
 say() { echo "gpu-suite.sh: $*" | tee -a "$log" >&2; }
 
-# The Vulkan loader (and vulkaninfo) where the machine has none: the .gl folder
-# ../shared/tools/gpu-prep fills, or Debian's packages already installed.
+# The Vulkan loader (and vulkaninfo) where the machine has none: Debian's packages that
+# gpu-bundle.sh put in the bundle.
 if ! ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
-  if compgen -G "$root/.gl/*.deb" > /dev/null; then
-    for f in "$root"/.gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-  fi
+  compgen -G "$bundle/debs/*.deb" > /dev/null ||
+    { echo "gpu-suite.sh: no Vulkan loader here and none in $bundle/debs (remake the bundle)" >&2; exit 1; }
+  for f in "$bundle"/debs/*.deb; do dpkg -x "$f" /; done
+  ldconfig
 fi
 [[ -n "${VK_DRIVER_FILES:-}" || ! -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]] ||
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -184,6 +184,18 @@ run_chain() {
   done
 }
 
+# tpar's three decode variants at 2 GPUs and at all of them: TAG MODEL "ARGS"
+variants() {
+  local n v
+  for n in 2 "$all"; do
+    for v in before after threads; do
+      # shellcheck disable=SC2086
+      bench "tpar$n-$v-$1" "$2" "$n" tensor "$3" ${variant[$v]}
+    done
+    [[ $n == "$all" ]] && break
+  done
+}
+
 run_llama() {
   say "part llama"
   local m8 m70
@@ -191,14 +203,7 @@ run_llama() {
   bench none-8b "$m8" 1 none "-p 512 -n 128"
   bench layer2-8b "$m8" 2 layer "-p 512 -n 128"
   bench ggml2-8b "$m8" 2 tensor "-p 512 -n 128" GGML_VK_DISABLE_TPAR=1
-  local n v
-  for n in 2 "$all"; do
-    for v in before after threads; do
-      # shellcheck disable=SC2086
-      bench "tpar$n-$v-8b" "$m8" "$n" tensor "-p 512 -n 128" ${variant[$v]}
-    done
-    [[ $n == "$all" ]] && break
-  done
+  variants 8b "$m8" "-p 512 -n 128"
   bench none-8b-d8192 "$m8" 1 none "-p 0 -n 128 -d 8192"
   bench layer2-8b-d8192 "$m8" 2 layer "-p 0 -n 128 -d 8192"
   # shellcheck disable=SC2086
@@ -207,13 +212,7 @@ run_llama() {
   m70=$(model llama3-70b-20l-q8_0 --preset llama3-70b --layers 20) || return
   bench none-70b20 "$m70" 1 none "-p 512 -n 64"
   bench layer2-70b20 "$m70" 2 layer "-p 512 -n 64"
-  for n in 2 "$all"; do
-    for v in before after threads; do
-      # shellcheck disable=SC2086
-      bench "tpar$n-$v-70b20" "$m70" "$n" tensor "-p 512 -n 64" ${variant[$v]}
-    done
-    [[ $n == "$all" ]] && break
-  done
+  variants 70b20 "$m70" "-p 512 -n 64"
 }
 
 run_server() {
@@ -324,17 +323,11 @@ run_mixed() {
 
 run_tiny() {
   say "part tiny"
-  local m n v
+  local m
   m=$(model tiny32-f16 --preset tiny --layers 32 --type f16) || return
   bench none-tiny32 "$m" 1 none "-p 0 -n 64"
   bench layer2-tiny32 "$m" 2 layer "-p 0 -n 64"
-  for n in 2 "$all"; do
-    for v in before after threads; do
-      # shellcheck disable=SC2086
-      bench "tpar$n-$v-tiny32" "$m" "$n" tensor "-p 0 -n 64" ${variant[$v]}
-    done
-    [[ $n == "$all" ]] && break
-  done
+  variants tiny32 "$m" "-p 0 -n 64"
 }
 
 trace_one() {  # LABEL MODEL N SM GPU(0|1) ENV...: a trace of decode tokens, summarized
