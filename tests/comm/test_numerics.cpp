@@ -86,15 +86,6 @@ std::string describe(const Seen& s) {
   return out;
 }
 
-bool one_driver(VkEnv& env) {
-  const auto caps = env.group().capabilities();
-  for (const auto& c : caps)
-    if (c.driver_uuid != caps[0].driver_uuid) return false;
-  return true;
-}
-
-bool is_lavapipe(VkEnv& env) { return env.group()[0].capabilities().driver_name.find("llvmpipe") != std::string::npos; }
-
 constexpr std::size_t count = 4096;
 constexpr AlgoChoice algos[] = {AlgoChoice::oneshot, AlgoChoice::ring};
 
