@@ -331,7 +331,7 @@ class Communicator {
 
   // Whether a call of `count` values (`contributing`: as AllreduceArgs::contributes) runs
   // so that each device's part of it can be handed to a thread of its own
-  // (StreamAllreduce::prepare): every batch on the devices' compute queues, and no device
+  // (StreamAllreduce::allreduce_split): every batch on the devices' compute queues, and no device
   // waiting on what a peer submits after its own first wait (OneShot; not the ring's
   // steps, nor the relay). Chooses (and makes) the plan the call would take; enqueues
   // nothing.

@@ -114,7 +114,7 @@ struct Plan {
   std::vector<const Queue*> sole_queue;  // by device: the one queue all its batches run on, or null
   // Every device's batches on its compute queue, and no device waiting on a peer's batch
   // that comes after that peer's first waiting batch: then each device's part can be
-  // handed to a thread of its own (StreamAllreduce::prepare), not the relay's.
+  // handed to a thread of its own (StreamAllreduce::allreduce_split), not the relay's.
   bool per_device = false;
   std::vector<std::uint64_t> last_use[role_count];   // by role, by device: values after its last call
 
