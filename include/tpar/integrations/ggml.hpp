@@ -110,9 +110,9 @@ concept BackendTraits = requires(typename T::backend_t backend, typename T::tens
 
 // Whether the hook offers the deferred pair (each device's thread enqueues its part), so
 // that a meta backend that can use a thread per device does: TPAR_GGML_THREADS=1. Off by
-// default: on NVIDIA's driver (580, four H100s) the devices' threads paid 34 us a
-// vkQueueSubmit against 6.5 us for one thread, and decoded slower than one thread with
-// replayed subgraphs (docs/design/decode-host.md).
+// default: on NVIDIA's driver (580, four H100s) the devices' threads paid several times
+// what one thread pays a vkQueueSubmit, and decoded slower than one thread with replayed
+// subgraphs (docs/PERFORMANCE.md, "The host's time per token").
 inline bool deferred_wanted() {
   static const bool on = [] {
     const char* v = std::getenv("TPAR_GGML_THREADS");
