@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds here what scripts/gpu-suite.sh runs on a GPU machine and packs it small enough to
-# travel: llama.cpp with tpar's patches (scripts/llama.sh), tpar-bench, tpar-info and the
-# stream test, stripped and xz-compressed into one folder, with Debian's Vulkan loader
+# travel: llama.cpp with tpar's patches (scripts/llama.sh), tpar-bench, tpar-info and
+# tpar's test programs, stripped and xz-compressed into one folder, with Debian's Vulkan loader
 # packages (apt-get download; the GPU machines may have no loader) and a stamp naming
 # the tree they were built from.
 #
@@ -17,7 +17,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out="" mixed=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set /{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --out) [[ $# -ge 2 ]] || { echo "gpu-bundle.sh: --out needs a folder" >&2; exit 2; }; out=$2; shift 2 ;;
     --mixed) mixed=1; shift ;;
     *) echo "gpu-bundle.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
@@ -30,23 +30,30 @@ say() { echo "gpu-bundle.sh: $*" >&2; }
 build="$root/build-gpu"
 "$root/scripts/setup.sh" test
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_LLAMA_TESTS=OFF > /dev/null
-say "building tpar-bench, tpar-info and the stream and numerics tests"
-cmake --build "$build" --target tpar-bench tpar-info stream numerics > "$build/bundle-build.log" 2>&1 ||
+# tpar's test programs that gpu-suite.sh's part tests runs (those ctest runs with a device,
+# but the ones that build packages or llama.cpp)
+tests=(core algo vk allreduce spans mixed behavior submission numerics relay stream fault trace
+  dispatch_static dispatch_dynamic ggml/ggml kernels/tpar_test_kernels plan/tpar_plan_tests
+  c_api/c_api_static c_api/c_api_dynamic)
+targets=(tpar-bench tpar-info numerics)
+[[ $mixed -eq 1 ]] || targets+=("${tests[@]##*/}")
+say "building ${targets[*]}"
+cmake --build "$build" --target "${targets[@]}" > "$build/bundle-build.log" 2>&1 ||
   { tail -20 "$build/bundle-build.log" >&2; exit 1; }
 
-rm -rf "$out" && mkdir -p "$out/bin"
-pack() {  # FILE: stripped and compressed into bin/NAME.xz
-  local name
+rm -rf "$out" && mkdir -p "$out/bin" "$out/tests"
+pack() {  # FILE [FOLDER]: stripped and compressed into FOLDER/NAME.xz (FOLDER: bin)
+  local name dir="$out/${2:-bin}"
   name=$(basename "$1")
-  strip -o "$out/bin/$name" "$1"
-  xz -T0 -6 -f "$out/bin/$name"
+  strip -o "$dir/$name" "$1"
+  xz -T0 -6 -f "$dir/$name"
 }
 if [[ $mixed -eq 1 ]]; then
   pack "$build/tests/numerics"
   "$root/scripts/lavapipe-pack.sh" "$out/lvp.tar.xz" >&2
 else
   for p in llama-bench llama-server tpar-llama-model tpar-llama-logits; do pack "$root/build-llama/build/bin/$p"; done
-  pack "$build/tests/stream"
+  for t in "${tests[@]}"; do pack "$build/tests/$t" tests; done
 fi
 pack "$build/examples/tpar-bench"
 pack "$build/examples/tpar-info"

@@ -9,8 +9,11 @@
 #
 # parts:
 #   env       the stamp alone (tpar-info, nvidia-smi)
-#   tests     the stream test (threads per device, NativeImport on real GPUs) and the
-#             llama.cpp cases dense-2 and decode-growth on the GPUs (logits equal to ggml's)
+#   tests     tpar's test programs (NativeImport on NVIDIA; over the GPUs where there are
+#             two or more, else the first GPU opened as several devices) and the llama.cpp
+#             cases dense-2 and decode-growth on the GPUs (logits equal to ggml's)
+#   sweep     tpar-bench from 4 KiB to 256 MiB by 4, wires f32 and bf16, -r 3, on 2 and on
+#             all GPUs: time per call, bus bandwidth, every result checked
 #   chain     tpar-bench --chain 64 at 4/16/64 KiB, with and without 58 MiB of weights a
 #             dispatch, wirings streams, semaphores and threads, on 2 and on all GPUs
 #   llama     llama-bench -fa 1 on 1, 2 and all GPUs: -sm none, layer, tensor with ggml's
@@ -47,14 +50,16 @@
 #   --virtual N    one GPU opened as N devices (GGML_VK_VISIBLE_DEVICES=0,0,...): host
 #                  times only, the GPU time-slices between the devices
 #   --quick        fewer repetitions (llama-bench -r 1), for a first look
+#   --tests LIST   part tests: only these test programs, in this order (default: every
+#                  one in the bundle, by name), e.g. stream,numerics,allreduce
 #   -h, --help     this text
 #
 # exit status: 0 every part ran, 1 a part failed (the log says which), 2 a usage error
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bundle="$root/out/gpu" out="${OUT:-$root/out/gpu-logs}" models=/tmp/tpar-models gpus="" virtual=0 reps=3 server_preset=llama3-8b
+bundle="$root/out/gpu" out="${OUT:-$root/out/gpu-logs}" models=/tmp/tpar-models gpus="" virtual=0 reps=3 server_preset=llama3-8b test_list=""
 parts=()
-usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set /{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die_usage() { echo "gpu-suite.sh: $1 (--help)" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -65,8 +70,9 @@ while [[ $# -gt 0 ]]; do
     --gpus) [[ $# -ge 2 && $2 =~ ^[1-8]$ ]] || die_usage "--gpus takes 1 to 8"; gpus=$2; shift 2 ;;
     --virtual) [[ $# -ge 2 && $2 =~ ^[2-8]$ ]] || die_usage "--virtual takes 2 to 8"; virtual=$2; shift 2 ;;
     --quick) reps=1; shift ;;
+    --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|chain|llama|tiny|trace|mixed|cuda|server) parts+=("$1"); shift ;;
+    env|tests|sweep|chain|llama|tiny|trace|mixed|cuda|server) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -87,11 +93,17 @@ if ! ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
 fi
 [[ -n "${VK_DRIVER_FILES:-}" || ! -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]] ||
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-mkdir -p "$bin"
-for f in "$bundle"/bin/*.xz; do
-  t="$bin/$(basename "$f" .xz)"
-  [[ -x "$t" && "$t" -nt "$f" ]] || { xz -dc "$f" > "$t" && chmod +x "$t"; }
-done
+unpack() {  # FROM TO: the bundle's FROM/*.xz into TO
+  local f t
+  mkdir -p "$2"
+  for f in "$bundle/$1"/*.xz; do
+    [[ -f "$f" ]] || continue
+    t="$2/$(basename "$f" .xz)"
+    [[ -x "$t" && "$t" -nt "$f" ]] || { xz -dc "$f" > "$t" && chmod +x "$t"; }
+  done
+}
+unpack bin "$bin"
+unpack tests "$bin/tests"
 
 stamp() {
   echo "# tpar gpu-suite: ${parts[*]}"
@@ -154,9 +166,31 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
 
 run_tests() {
   say "part tests"
-  # (no validation layer travels: the test runs without it, as on every GPU run)
-  TPAR_TEST_NO_VALIDATION=1 "$bin/stream" --no-version > "$out/stream.tmp" 2>&1 || part_fail "stream test"
-  grep -E "MESSAGE|waited|SKIP|ERROR|FAILED|test cases|assertions" "$out/stream.tmp" | tail -20 >> "$log"
+  # tpar's test programs: on 2 or more GPUs over the GPUs (TPAR_TEST_DEVICES=gpus), on one
+  # (or with --virtual) the first GPU opened as each test's devices. No validation layer
+  # travels: they run without it, as on every GPU run.
+  local devices=gpus t name rc
+  [[ $n_gpus -lt 2 || $virtual -gt 0 ]] && devices=""
+  echo "## tpar's tests, TPAR_TEST_DEVICES=${devices:-(unset: the first GPU opened as several devices)} TPAR_TEST_NO_VALIDATION=1" >> "$log"
+  local programs=("$bin"/tests/*)
+  if [[ -n $test_list ]]; then
+    programs=()
+    for name in ${test_list//,/ }; do
+      [[ -x "$bin/tests/$name" ]] || { part_fail "no test program $name in the bundle"; return; }
+      programs+=("$bin/tests/$name")
+    done
+  fi
+  for t in "${programs[@]}"; do
+    name=$(basename "$t")
+    local args=(--no-version)
+    [[ $name == c_api_* ]] && args=(3)
+    rc=0
+    TPAR_TEST_DEVICES=$devices TPAR_TEST_NO_VALIDATION=1 TPAR_TRACE=/tmp/tpar-trace-test.json \
+      timeout 300 "$t" "${args[@]}" > "$out/test.tmp" 2>&1 || rc=$?
+    echo "# $name: exit $rc" >> "$log"
+    grep -E "SKIP|ERROR|FAILED|CHECK failed|REQUIRE failed|test cases|assertions|passed|failed" "$out/test.tmp" | tail -12 >> "$log"
+    [[ $rc -eq 0 ]] || part_fail "test $name (exit $rc)"
+  done
   local dense
   dense=$(model tiny "--preset" tiny) || return
   mkdir -p "$models/cases"
@@ -166,6 +200,20 @@ run_tests() {
     BIN=$bin MODELS=$models/cases WORK=/tmp/tpar-cases TPAR_LLAMA_PAIR=$(visible 2) TPAR_TEST_DEVICES=gpus \
       "$root/tests/llama/case.sh" "$c" > "$out/case.tmp" 2>&1 || part_fail "case $c"
     grep -vE "^(tpar info: ggml comm: AllReduce over|run: )" "$out/case.tmp" | tail -25 >> "$log"
+  done
+}
+
+run_sweep() {
+  say "part sweep"
+  local n wire
+  for n in 2 "$all"; do
+    local dev=(--devices "$(visible "$n")")
+    [[ $virtual -gt 0 ]] && dev=(--virtual "$n")
+    for wire in f32 bf16; do
+      echo "## tpar-bench ${dev[*]} -b 4K -e 256M --wire $wire -r $reps" >> "$log"
+      "$bin/tpar-bench" "${dev[@]}" -b 4K -e 256M --wire "$wire" -r "$reps" -q >> "$log" 2>&1 || part_fail "sweep n=$n wire=$wire"
+    done
+    [[ $n == "$all" ]] && break
   done
 }
 
@@ -368,6 +416,7 @@ for p in "${parts[@]}"; do
   case "$p" in
     env) ;;
     tests) run_tests ;;
+    sweep) run_sweep ;;
     chain) run_chain ;;
     llama) run_llama ;;
     tiny) run_tiny ;;
