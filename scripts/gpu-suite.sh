@@ -168,7 +168,9 @@ run_tests() {
   say "part tests"
   # tpar's test programs: on 2 or more GPUs over the GPUs (TPAR_TEST_DEVICES=gpus), on one
   # (or with --virtual) the first GPU opened as each test's devices. No validation layer
-  # travels: they run without it, as on every GPU run.
+  # travels: they run without it, as on every GPU run. A program gets 540 s, under a
+  # 10-minute command limit: fault's sweep alone ran past 300 s on one H100 (f343600), so
+  # give it and allreduce calls of their own (--tests fault, --tests allreduce).
   local devices=gpus t name rc
   [[ $n_gpus -lt 2 || $virtual -gt 0 ]] && devices=""
   echo "## tpar's tests, TPAR_TEST_DEVICES=${devices:-(unset: the first GPU opened as several devices)} TPAR_TEST_NO_VALIDATION=1" >> "$log"
@@ -186,7 +188,7 @@ run_tests() {
     [[ $name == c_api_* ]] && args=(3)
     rc=0
     TPAR_TEST_DEVICES=$devices TPAR_TEST_NO_VALIDATION=1 TPAR_TRACE=/tmp/tpar-trace-test.json \
-      timeout 300 "$t" "${args[@]}" > "$out/test.tmp" 2>&1 || rc=$?
+      timeout 540 "$t" "${args[@]}" > "$out/test.tmp" 2>&1 || rc=$?
     echo "# $name: exit $rc" >> "$log"
     grep -E "SKIP|ERROR|FAILED|CHECK failed|REQUIRE failed|test cases|assertions|passed|failed" "$out/test.tmp" | tail -12 >> "$log"
     [[ $rc -eq 0 ]] || part_fail "test $name (exit $rc)"
