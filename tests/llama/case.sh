@@ -67,16 +67,23 @@ case "$name" in
   dense-3-zero-slices)
     # 256 wide, 4 heads, 2 KV heads over 3 devices: the attention split's granularity
     # (128) leaves one device with no heads in every layer, so its partial sums are
-    # computed by no one and must count as zeros.
+    # computed by no one and must count as zeros. Also with a thread per device
+    # (TPAR_GGML_THREADS=1): the same sums in the same order, so the same logits.
     run none dense.gguf 0 none
     run ggml dense.gguf 0,0,0 tensor GGML_VK_DISABLE_TPAR=1
     run tpar dense.gguf 0,0,0 tensor TPAR_WIRE=f32
+    run tpar-threads dense.gguf 0,0,0 tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
     check_served tpar 3
+    check_served tpar-threads 3
     idle=$(field tpar ', ([0-9]+) with a device that computed nothing')
     echo "tpar: $idle calls had a device contributing zeros"
     [[ $idle -gt 0 ]] || fail "no call had a zero-size slice: the test does not test what it claims"
+    enqueued=$(sed -nE 's/.*ggml comm: ([0-9]+) AllReduces enqueued by each device.s thread.*/\1/p' "$dir/tpar-threads.log")
+    echo "tpar-threads: $enqueued calls enqueued by the devices' threads"
+    [[ ${enqueued:-0} -gt 0 ]] || fail "tpar-threads: the devices' threads enqueued no AllReduce"
     compare tpar none $bound_vs_none
     compare tpar ggml --relative 0.001  # three values, summed in different orders
+    compare tpar-threads tpar --exact
     ;;
   moe-2)
     # Mesa 22.3's lavapipe crashes in ggml-vulkan's single-token MoE matmuls and in its
