@@ -23,6 +23,7 @@
 #include "support/tracked_bridge.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 using namespace tpar;
@@ -91,6 +92,10 @@ TEST_CASE("two drivers in one group: ProxyBridge, because their semaphores canno
   CHECK_FALSE(relay.possible);
   CHECK_FALSE(relay.automatic);
   CHECK(relay.reason.find("has another driver than device 0") != std::string::npos);
+  // Asked for by the probe's switch (TPAR_RELAY_MIXED_DRIVERS=1): offered, when asked for.
+  const RelayGate probe = relay_gate(caps, clock, true);
+  CHECK(probe.possible);
+  CHECK_FALSE(probe.automatic);
   // One driver, two physical devices (deviceUUIDs differ): offered, when asked for.
   caps[1].driver_uuid = caps[0].driver_uuid;
   const RelayGate one_driver = relay_gate(caps, clock);
@@ -173,5 +178,30 @@ TEST_CASE("two drivers in one group, end to end: every algorithm and wire, sums 
         CHECK_MESSAGE(b.violations == 0, b.first);
       }
     }
+  }
+
+  // The probe's switch lets the relay serve the pair (each device's queue waits for the
+  // sum on lavapipe), and it comes out exact and identical; without it the gate stays shut.
+  ::setenv("TPAR_RELAY_MIXED_DRIVERS", "1", 1);
+  const RelayGate probed = group->relay_gate();
+  ::unsetenv("TPAR_RELAY_MIXED_DRIVERS");
+  MESSAGE("relay with TPAR_RELAY_MIXED_DRIVERS=1: " << probed.reason);
+  REQUIRE(probed.possible);
+  CHECK_FALSE(group->relay_gate().possible);
+  Options o;
+  o.algo = AlgoChoice::relay;
+  o.timeout = test_timeout;
+  ::setenv("TPAR_RELAY_MIXED_DRIVERS", "1", 1);
+  auto comm = make_communicator(*group, o);
+  ::unsetenv("TPAR_RELAY_MIXED_DRIVERS");
+  for (std::size_t count : {std::size_t{1}, std::size_t{4096}}) {
+    CAPTURE(count);
+    Rig rig(*group, count);
+    const auto xi = integer_inputs(2, count, 7 * count + 3);
+    rig.write(xi);
+    auto ticket = comm.allreduce(rig.spans());
+    CHECK(comm.last_call().algorithm == "relay");
+    settled_wait(ticket);
+    for (const auto& r : rig.read()) REQUIRE(bit_identical(r, integer_sum(xi)));
   }
 }
