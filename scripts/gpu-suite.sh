@@ -12,8 +12,15 @@
 #   tests     tpar's test programs (NativeImport on NVIDIA; over the GPUs where there are
 #             two or more, else the first GPU opened as several devices) and the llama.cpp
 #             cases dense-2 and decode-growth on the GPUs (logits equal to ggml's)
-#   sweep     tpar-bench from 4 KiB to 256 MiB by 4, wires f32 and bf16, -r 3, on 2 and on
-#             all GPUs: time per call, bus bandwidth, every result checked
+#   sweep     tpar-bench from 4 KiB to 256 MiB by 4, -r 3, on 2 and on all GPUs, each into a
+#             log of its own (sweep-KIND-nN.txt, what docs/perf/report.py reads): NativeImport
+#             with the link probe first and every wire (link-native), the runtime's choice
+#             (default), ProxyBridge (proxy); time per call, bus bandwidth, every result checked
+#   nccl      the NCCL anchor (scripts/nccl_anchor.py through PyTorch, on 2 and all GPUs):
+#             the sweep's sizes with peer-to-peer off (staged through host memory, as tpar
+#             must) and on (sweep-nccl-nN.txt), and the chain at 4/16/64 KiB with and without
+#             58 MiB of weights, peer-to-peer off, from PyTorch's loop and replayed from a
+#             captured CUDA graph (the host's enqueue out of the figure)
 #   chain     tpar-bench --chain 64 at 4/16/64 KiB, with and without 58 MiB of weights a
 #             dispatch, wirings streams, semaphores and threads, on 2 and on all GPUs
 #   llama     llama-bench -fa 1 on 1, 2 and all GPUs: -sm none, layer, tensor with ggml's
@@ -38,6 +45,10 @@
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
 #             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
 #             on both devices) and tpar-bench --soak 240 over the pair
+#   relay-probe  the relay over that pair, which tpar does not offer to two drivers, let
+#             through by TPAR_RELAY_MIXED_DRIVERS=1: per call at 4/16/64 KiB against OneShot,
+#             then tpar-bench --soak 180 --algo relay (relay calls between others), to see
+#             whether and where it stalls
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
 #             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
 #             traces come back in traces.tar.xz; scripts/timeline.py draws them)
@@ -72,7 +83,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|sweep|chain|llama|tiny|trace|mixed|cuda|server) parts+=("$1"); shift ;;
+    env|tests|sweep|nccl|chain|llama|tiny|trace|mixed|relay-probe|cuda|server) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -184,11 +195,11 @@ run_tests() {
   fi
   for t in "${programs[@]}"; do
     name=$(basename "$t")
-    local args=(--no-version)
-    [[ $name == c_api_* ]] && args=(3)
+    local targs=(--no-version)
+    [[ $name == c_api_* ]] && targs=(3)
     rc=0
     TPAR_TEST_DEVICES=$devices TPAR_TEST_NO_VALIDATION=1 TPAR_TRACE=/tmp/tpar-trace-test.json \
-      timeout 540 "$t" "${args[@]}" > "$out/test.tmp" 2>&1 || rc=$?
+      timeout 540 "$t" "${targs[@]}" > "$out/test.tmp" 2>&1 || rc=$?
     echo "# $name: exit $rc" >> "$log"
     grep -E "SKIP|ERROR|FAILED|CHECK failed|REQUIRE failed|test cases|assertions|passed|failed" "$out/test.tmp" | tail -12 >> "$log"
     [[ $rc -eq 0 ]] || part_fail "test $name (exit $rc)"
@@ -207,13 +218,54 @@ run_tests() {
 
 run_sweep() {
   say "part sweep"
-  local n wire
+  local n kind
   for n in 2 "$all"; do
     local dev=(--devices "$(visible "$n")")
     [[ $virtual -gt 0 ]] && dev=(--virtual "$n")
-    for wire in f32 bf16; do
-      echo "## tpar-bench ${dev[*]} -b 4K -e 256M --wire $wire -r $reps" >> "$log"
-      "$bin/tpar-bench" "${dev[@]}" -b 4K -e 256M --wire "$wire" -r "$reps" -q >> "$log" 2>&1 || part_fail "sweep n=$n wire=$wire"
+    for kind in link-native default proxy; do
+      local sargs=(-q -r "$reps" -b 4K -e 256M) f="$out/sweep-$kind-n$n.txt"
+      case $kind in
+        link-native) sargs+=(--link --sync native --wire all) ;;
+        default) sargs+=(--sync native) ;;
+        proxy) sargs+=(--sync proxy) ;;
+      esac
+      { stamp; echo "# tpar-bench ${dev[*]} ${sargs[*]}"; } > "$f"
+      local start=$SECONDS
+      "$bin/tpar-bench" "${dev[@]}" "${sargs[@]}" >> "$f" 2>&1 || part_fail "sweep $kind n=$n"
+      echo "# sweep $kind n=$n: $(basename "$f"), $((SECONDS - start)) s" >> "$log"
+    done
+    [[ $n == "$all" ]] && break
+  done
+}
+
+run_nccl() {
+  say "part nccl"
+  [[ $virtual -eq 0 && $n_gpus -ge 2 ]] || { say "part nccl: needs 2 or more GPUs, one process each (not run)"; return; }
+  local py=/opt/torch/.venv/bin/python3
+  [[ -x $py ]] || py=python3
+  "$py" -c "import torch" 2> /dev/null || { part_fail "no PyTorch for the NCCL anchor ($py)"; return; }
+  local n p2p work mode f
+  for n in 2 "$all"; do
+    f="$out/sweep-nccl-n$n.txt"
+    { stamp; echo "# scripts/nccl_anchor.py sweep $n p2p-off (NCCL_P2P_DISABLE=1), then nvlink (NCCL's default)"; } > "$f"
+    for p2p in p2p-off nvlink; do
+      local off=()
+      [[ $p2p == p2p-off ]] && off=(NCCL_P2P_DISABLE=1)
+      env NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 "${off[@]}" \
+        CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((n - 1)))" "$py" "$root/scripts/nccl_anchor.py" sweep "$n" "$p2p" >> "$f" 2>&1 ||
+        part_fail "NCCL sweep n=$n $p2p"
+    done
+    echo "# NCCL sweep n=$n: $(basename "$f")" >> "$log"
+    for work in 0 58M; do
+      for mode in eager graph; do
+        local g=()
+        [[ $mode == graph ]] && g=(--graph)
+        echo "## NCCL_P2P_DISABLE=1 scripts/nccl_anchor.py chain $n p2p-off --work $work ${g[*]}" >> "$log"
+        env NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_P2P_DISABLE=1 \
+          CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((n - 1)))" "$py" "$root/scripts/nccl_anchor.py" chain "$n" p2p-off --work "$work" \
+          "${g[@]}" > "$out/nccl.tmp" 2>&1 || part_fail "NCCL chain n=$n work=$work $mode"
+        grep -E "chain n=|Error|error" "$out/nccl.tmp" | tail -8 >> "$log"
+      done
     done
     [[ $n == "$all" ]] && break
   done
@@ -371,6 +423,25 @@ run_mixed() {
   ) || true
 }
 
+run_relay_probe() {
+  say "part relay-probe"
+  [[ -f "$bundle/lvp.tar.xz" ]] || { part_fail "no lavapipe in the bundle (scripts/gpu-bundle.sh --mixed)"; return; }
+  mkdir -p /tmp/tpar-lvp && tar -xJf "$bundle/lvp.tar.xz" -C /tmp/tpar-lvp
+  (
+    export VK_DRIVER_FILES="${VK_DRIVER_FILES:+$VK_DRIVER_FILES:}/tmp/tpar-lvp/lvp_icd.json" TPAR_RELAY_MIXED_DRIVERS=1
+    echo "## TPAR_RELAY_MIXED_DRIVERS=1 tpar-info --devices 0,1 (VK_DRIVER_FILES=$VK_DRIVER_FILES)" >> "$log"
+    "$bin/tpar-info" --devices 0,1 2>&1 | grep -E "^device|relay|sync " >> "$log" || part_fail "tpar-info over the pair"
+    local algo
+    for algo in relay oneshot; do
+      echo "## tpar-bench --devices 0,1 --algo $algo --sizes 4K,16K,64K -r 3" >> "$log"
+      "$bin/tpar-bench" --devices 0,1 --algo "$algo" --sizes 4K,16K,64K -r 3 -q >> "$log" 2>&1 || part_fail "tpar-bench --algo $algo over the pair"
+    done
+    echo "## TPAR_LOG=info tpar-bench --devices 0,1 --soak ${RELAY_SOAK:-180} --algo relay" >> "$log"
+    TPAR_LOG=info "$bin/tpar-bench" --devices 0,1 --soak "${RELAY_SOAK:-180}" --algo relay -q >> "$log" 2>&1 ||
+      part_fail "the relay's soak over the pair"
+  ) || true
+}
+
 run_tiny() {
   say "part tiny"
   local m
@@ -419,6 +490,8 @@ for p in "${parts[@]}"; do
     env) ;;
     tests) run_tests ;;
     sweep) run_sweep ;;
+    nccl) run_nccl ;;
+    relay-probe) run_relay_probe ;;
     chain) run_chain ;;
     llama) run_llama ;;
     tiny) run_tiny ;;

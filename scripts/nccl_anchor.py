@@ -10,7 +10,10 @@
                                    AllReduce of the span, on one stream; STEPS steps
                                    enqueued, one synchronize. Per step: the time, the same
                                    chain without the AllReduce, and their difference (the
-                                   boundary's cost)
+                                   boundary's cost). With --graph the STEPS steps are
+                                   captured once in a CUDA graph and replayed, so the
+                                   host's enqueue (PyTorch's eager loop: 53-90 us a step
+                                   on four H100s) is out of the figure: NCCL's own chain
 
 N is the number of GPUs (one process each); LABEL names the rows ("p2p-off", "nvlink").
 Run it on the GPU machine, as tpar-bench runs, in the same run:
@@ -19,10 +22,12 @@ Run it on the GPU machine, as tpar-bench runs, in the same run:
   NCCL_P2P_DISABLE=1 python3 scripts/nccl_anchor.py sweep 2 p2p-off   # staged through host memory, as tpar must
   python3 scripts/nccl_anchor.py sweep 2 nvlink                       # NCCL's default: for reference only
   python3 scripts/nccl_anchor.py chain 2 p2p-off --work 58M
+  python3 scripts/nccl_anchor.py chain 2 p2p-off --work 58M --graph
 
 Options: --sizes 4096,16384,... (bytes; the sweep's default 4K to 256M by 4, the chain's
 4K,16K,64K), --steps S (chain, default 64), --work SIZE (chain, bytes of weights each
-kernel reads, default 0), --runs R (chain, default 20). NCCL_BENCH_SIZES sets --sizes too.
+kernel reads, default 0), --runs R (chain, default 20), --graph (chain: replay a captured
+CUDA graph; rows say mode=graph, else mode=eager). NCCL_BENCH_SIZES sets --sizes too.
 Exit status: 0 success, 1 a failure (a wrong sum included), 2 a usage error.
 """
 import argparse
@@ -81,7 +86,7 @@ def sweep(rank, n, label, sizes):
             raise RuntimeError(f"wrong sum at {nbytes} bytes")
 
 
-def chain(rank, n, label, sizes, steps, work, runs):
+def chain(rank, n, label, sizes, steps, work, runs, graph):
     import torch
     import torch.distributed as dist
     weights = torch.zeros(max(work // 4, 1), device="cuda")
@@ -89,16 +94,39 @@ def chain(rank, n, label, sizes, steps, work, runs):
     for nbytes in sizes:
         x = torch.ones(nbytes // 4, device="cuda")
 
-        def run(reduce):
-            torch.cuda.synchronize()
-            dist.barrier()
-            start = time.perf_counter()
+        def body(reduce):
             for _ in range(steps):
                 if work:
                     weights.sum()  # the step's read of its weights (a kernel of its own)
                 x.mul_(scale)      # the span rewritten; the sum of the n equal shares is x again
                 if reduce:
                     dist.all_reduce(x)
+
+        graphs = {}
+        if graph:
+            # NCCL's communicator exists before capture (the warm-up's calls on a side
+            # stream, as PyTorch asks), then each chain is captured once.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                body(True)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            for reduce in (True, False):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    body(reduce)
+                graphs[reduce] = g
+            torch.cuda.synchronize()
+
+        def run(reduce):
+            torch.cuda.synchronize()
+            dist.barrier()
+            start = time.perf_counter()
+            if graph:
+                graphs[reduce].replay()
+            else:
+                body(reduce)
             enqueued = time.perf_counter()
             torch.cuda.synchronize()
             end = time.perf_counter()
@@ -111,14 +139,20 @@ def chain(rank, n, label, sizes, steps, work, runs):
             return times[len(times) // 2]
 
         step, enqueue = median_of(True)
+        # The check: after the runs x is ones again on every rank (each step scales the n
+        # equal shares by 1/n and sums them), up to the rounding of 1/n. (The chain
+        # without the AllReduce, next, only scales it.)
+        ok = bool(torch.allclose(x, torch.ones_like(x), rtol=1e-3).item())
         alone, _ = median_of(False)
         worst = torch.tensor([step, alone], device="cuda")
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
         step, alone = worst.tolist()
         if rank == 0:
-            print(f"{label} chain n={n} bytes={nbytes:>8} steps={steps} work={work} step_us={step * 1e6:8.1f} "
-                  f"no_allreduce_us={alone * 1e6:8.1f} boundary_us={(step - alone) * 1e6:8.1f} "
-                  f"enqueue_us={enqueue * 1e6:8.1f}", flush=True)
+            print(f"{label} chain n={n} bytes={nbytes:>8} steps={steps} work={work} mode={'graph' if graph else 'eager'} "
+                  f"step_us={step * 1e6:8.1f} no_allreduce_us={alone * 1e6:8.1f} boundary_us={(step - alone) * 1e6:8.1f} "
+                  f"enqueue_us={enqueue * 1e6:8.1f} ok={ok}", flush=True)
+        if not ok:
+            raise RuntimeError(f"chain at {nbytes} bytes: the span drifted from its value")
 
 
 def worker(rank, args):
@@ -131,7 +165,7 @@ def worker(rank, args):
         if args.mode == "sweep":
             sweep(rank, args.n, args.label, args.sizes)
         else:
-            chain(rank, args.n, args.label, args.sizes, args.steps, args.work, args.runs)
+            chain(rank, args.n, args.label, args.sizes, args.steps, args.work, args.runs, args.graph)
     finally:
         dist.destroy_process_group()
 
@@ -147,6 +181,7 @@ def main():
     parser.add_argument("--work", default="0", help="chain: bytes of weights each step reads per GPU")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--port", type=int, default=29531)
+    parser.add_argument("--graph", action="store_true", help="chain: capture the steps in a CUDA graph and replay it")
     try:
         args = parser.parse_args()
     except SystemExit as e:
