@@ -114,7 +114,9 @@ def chain(rank, n, label, sizes, steps, work, runs, graph):
             torch.cuda.synchronize()
             for reduce in (True, False):
                 g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
+                # thread_local: NCCL's watchdog thread may query its events meanwhile,
+                # which a global capture would count as an error.
+                with torch.cuda.graph(g, capture_error_mode="thread_local"):
                     body(reduce)
                 graphs[reduce] = g
             torch.cuda.synchronize()
