@@ -247,6 +247,7 @@ run_nccl() {
   local n p2p work mode f
   for n in 2 "$all"; do
     f="$out/sweep-nccl-n$n.txt"
+    if [[ -n ${NCCL_CHAIN_ONLY:-} ]]; then say "NCCL_CHAIN_ONLY: the NCCL sweep left out"; else
     { stamp; echo "# scripts/nccl_anchor.py sweep $n p2p-off (NCCL_P2P_DISABLE=1), then nvlink (NCCL's default)"; } > "$f"
     for p2p in p2p-off nvlink; do
       local off=()
@@ -256,6 +257,7 @@ run_nccl() {
         part_fail "NCCL sweep n=$n $p2p"
     done
     echo "# NCCL sweep n=$n: $(basename "$f")" >> "$log"
+    fi
     for work in 0 58M; do
       for mode in eager graph; do
         local g=()
@@ -264,7 +266,7 @@ run_nccl() {
         env NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_P2P_DISABLE=1 \
           CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((n - 1)))" "$py" "$root/scripts/nccl_anchor.py" chain "$n" p2p-off --work "$work" \
           "${g[@]}" > "$out/nccl.tmp" 2>&1 || part_fail "NCCL chain n=$n work=$work $mode"
-        grep -E "chain n=|Error|error" "$out/nccl.tmp" | tail -8 >> "$log"
+        grep -E "chain n=|Error|error|File |Thread |Timeout" "$out/nccl.tmp" | tail -40 >> "$log"
       done
     done
     [[ $n == "$all" ]] && break

@@ -91,7 +91,10 @@ def chain(rank, n, label, sizes, steps, work, runs, graph):
     import torch.distributed as dist
     weights = torch.zeros(max(work // 4, 1), device="cuda")
     scale = 1.0 / n
+    import faulthandler
     for nbytes in sizes:
+        # A size that takes minutes is a hang: every thread's stack to stderr, then out.
+        faulthandler.dump_traceback_later(60, exit=True)
         x = torch.ones(nbytes // 4, device="cuda")
 
         def body(reduce):
@@ -144,7 +147,7 @@ def chain(rank, n, label, sizes, steps, work, runs, graph):
         # The check: after the runs x is ones again on every rank (each step scales the n
         # equal shares by 1/n and sums them), up to the rounding of 1/n. (The chain
         # without the AllReduce, next, only scales it.)
-        ok = bool(torch.allclose(x, torch.ones_like(x), rtol=1e-3).item())
+        ok = bool(torch.allclose(x, torch.ones_like(x), rtol=1e-3))
         alone, _ = median_of(False)
         worst = torch.tensor([step, alone], device="cuda")
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
@@ -153,6 +156,7 @@ def chain(rank, n, label, sizes, steps, work, runs, graph):
             print(f"{label} chain n={n} bytes={nbytes:>8} steps={steps} work={work} mode={'graph' if graph else 'eager'} "
                   f"step_us={step * 1e6:8.1f} no_allreduce_us={alone * 1e6:8.1f} boundary_us={(step - alone) * 1e6:8.1f} "
                   f"enqueue_us={enqueue * 1e6:8.1f} ok={ok}", flush=True)
+        faulthandler.cancel_dump_traceback_later()
         if not ok:
             raise RuntimeError(f"chain at {nbytes} bytes: the span drifted from its value")
 

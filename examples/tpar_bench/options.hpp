@@ -54,6 +54,7 @@ struct Config {
   bool wake = false;
   bool submit_cost = false;
   double soak_seconds = 0;  // --soak: run random checked calls this long instead of the table
+  double soak_timeout = 0;  // --soak-timeout: each communicator's timeout (0: 60 s on GPUs, 120 s elsewhere)
   std::optional<std::uint64_t> seed;
   bool inject_fault = false;  // --soak: corrupt two values after the first round's calls
   bool dry_run = false;
@@ -142,6 +143,8 @@ inline void print_help() {
       "                        calls (default 8), on 1 to all of the selected devices; a\n"
       "                        summary line on stdout, progress on stderr every 10 s\n"
       "  --seed N              --soak's seed (default: from the clock; printed either way)\n"
+      "  --soak-timeout S      --soak: each communicator's timeout in seconds (default 60 on\n"
+      "                        GPUs, 120 elsewhere); short, a stall costs little\n"
       "  --inject-fault        --soak: change one result and one byte beside the calls' spans\n"
       "                        after the first calls: the soak must report both (a test of\n"
       "                        the test)\n"
@@ -201,10 +204,11 @@ inline void check_mode_flags(const Config& c) {
       {"--wake", {"--iters"}},
       {"--submit-cost", {"--iters"}},
       {"--soak", {"--min-bytes", "--max-bytes", "--sizes", "--wire", "--algo", "--sync", "--defer", "--depth",
-                  "--piece-bytes", "--lanes", "--max-pieces", "--downloads", "--seed", "--inject-fault"}},
+                  "--piece-bytes", "--lanes", "--max-pieces", "--downloads", "--seed", "--inject-fault", "--soak-timeout"}},
       {"--relay-peers", {"--min-bytes", "--max-bytes", "--factor", "--sizes", "--iters", "--warmup", "--repeat", "--defer",
                          "--depth", "--relay-max", "--profile", "--profile-out", "--csv", "--json"}},
   };
+  if (c.has("--soak-timeout") && !c.has("--soak")) tpar_cli::usage_error(program, "--soak-timeout goes with --soak");
   const std::vector<std::string_view> everywhere = {"--quiet", "--dry-run"};
   const Mode* chosen = nullptr;
   for (const auto& m : modes) {
@@ -342,6 +346,10 @@ inline Config parse(int argc, char** argv) {
       c.soak_seconds = tpar_cli::parse_number<double>(program, a, value());
       if (!(c.soak_seconds > 0 && c.soak_seconds <= 7 * 24 * 3600.0))
         tpar_cli::usage_error(program, "--soak takes a number of seconds, more than 0 and at most a week");
+    } else if (a == "--soak-timeout") {
+      c.soak_timeout = tpar_cli::parse_number<double>(program, a, value());
+      if (!(c.soak_timeout >= 0.1 && c.soak_timeout <= 3600.0))
+        tpar_cli::usage_error(program, "--soak-timeout takes seconds, 0.1 to 3600");
     } else if (a == "--seed") {
       c.seed = tpar_cli::parse_number<std::uint64_t>(program, a, value());
     } else if (a == "--inject-fault") {

@@ -235,7 +235,9 @@ class Soak {
     o.downloads = cfg_.has("--downloads") ? cfg_.downloads
                   : chance(0.5)           ? tpar::DownloadQueue::separate
                                           : tpar::DownloadQueue::compute;
-    o.timeout = std::chrono::seconds(gpu_ ? 60 : 120);
+    o.timeout = cfg_.soak_timeout > 0
+                    ? std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(cfg_.soak_timeout))
+                    : std::chrono::nanoseconds(std::chrono::seconds(gpu_ ? 60 : 120));
     // A few sizes per communicator, so that its cached plans are reused.
     std::vector<std::size_t> palette(uniform(1, 12));
     for (auto& b : palette) b = draw_size();
