@@ -45,10 +45,12 @@
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
 #             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
 #             on both devices) and tpar-bench --soak 240 over the pair
-#   relay-probe  the relay over that pair, which tpar does not offer to two drivers, let
-#             through by TPAR_RELAY_MIXED_DRIVERS=1: per call at 4/16/64 KiB against OneShot,
-#             then tpar-bench --soak 180 --algo relay (relay calls between others), to see
-#             whether and where it stalls
+#   relay-probe  where the relay stalls: soaks of relay calls (larger ones go as the
+#             automatic choice; --soak-timeout 3, RELAY_SOAK seconds each, default 40) on
+#             two GPUs as they are, with relay calls only, one call in flight, downloads on
+#             the compute queue; then the first GPU beside llvmpipe (let through by
+#             TPAR_RELAY_MIXED_DRIVERS=1): per call at 4/16/64 KiB against OneShot, and the
+#             soak
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
 #             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
 #             traces come back in traces.tar.xz; scripts/timeline.py draws them)
@@ -431,16 +433,31 @@ run_relay_probe() {
   mkdir -p /tmp/tpar-lvp && tar -xJf "$bundle/lvp.tar.xz" -C /tmp/tpar-lvp
   (
     export VK_DRIVER_FILES="${VK_DRIVER_FILES:+$VK_DRIVER_FILES:}/tmp/tpar-lvp/lvp_icd.json" TPAR_RELAY_MIXED_DRIVERS=1
-    echo "## TPAR_RELAY_MIXED_DRIVERS=1 tpar-info --devices 0,1 (VK_DRIVER_FILES=$VK_DRIVER_FILES)" >> "$log"
-    "$bin/tpar-info" --devices 0,1 2>&1 | grep -E "^device|relay|sync " >> "$log" || part_fail "tpar-info over the pair"
+    local soak=${RELAY_SOAK:-40} pair="0,$n_gpus"  # llvmpipe comes after the GPUs
+    # A soak of relay calls (larger ones go as the automatic choice), a stall costing 3 s:
+    # each failure line names the communicator's options, so the probes tell what the
+    # stalls share.
+    probe() {  # LABEL DEVICES ARGS...
+      local label=$1 devs=$2; shift 2
+      echo "## $label: tpar-bench --devices $devs --soak $soak --soak-timeout 3 --algo relay $*" >> "$log"
+      "$bin/tpar-bench" --devices "$devs" --soak "$soak" --soak-timeout 3 --algo relay "$@" -q >> "$log" 2>&1 ||
+        echo "# $label: the soak failed" >> "$log"
+    }
+    if [[ $virtual -eq 0 && $n_gpus -ge 2 ]]; then
+      probe "two GPUs, one driver" 0,1
+      probe "two GPUs, relay calls only" 0,1 --sizes 4K,16K,64K
+      probe "two GPUs, one call in flight" 0,1 --depth 1
+      probe "two GPUs, downloads on the compute queue" 0,1 --downloads compute
+    fi
+    echo "## tpar-info --devices $pair (VK_DRIVER_FILES=$VK_DRIVER_FILES)" >> "$log"
+    "$bin/tpar-info" --devices "$pair" 2>&1 | grep -E "^device|relay|sync " >> "$log" || part_fail "tpar-info over the pair"
     local algo
     for algo in relay oneshot; do
-      echo "## tpar-bench --devices 0,1 --algo $algo --sizes 4K,16K,64K -r 3" >> "$log"
-      "$bin/tpar-bench" --devices 0,1 --algo "$algo" --sizes 4K,16K,64K -r 3 -q >> "$log" 2>&1 || part_fail "tpar-bench --algo $algo over the pair"
+      echo "## tpar-bench --devices $pair --algo $algo --sizes 4K,16K,64K -r 3" >> "$log"
+      "$bin/tpar-bench" --devices "$pair" --algo "$algo" --sizes 4K,16K,64K -r 3 -q >> "$log" 2>&1 ||
+        part_fail "tpar-bench --algo $algo over the pair"
     done
-    echo "## TPAR_LOG=info tpar-bench --devices 0,1 --soak ${RELAY_SOAK:-180} --algo relay" >> "$log"
-    TPAR_LOG=info "$bin/tpar-bench" --devices 0,1 --soak "${RELAY_SOAK:-180}" --algo relay -q >> "$log" 2>&1 ||
-      part_fail "the relay's soak over the pair"
+    probe "a GPU beside llvmpipe" "$pair"
   ) || true
 }
 

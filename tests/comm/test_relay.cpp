@@ -708,6 +708,8 @@ TEST_CASE("relay: calls above relay_max_bytes go to OneShot or the ring, and cal
     std::vector<std::unique_ptr<Rig>> rigs;
     std::vector<std::vector<std::vector<float>>> inputs;
     std::vector<Ticket> tickets;
+    std::string previous;
+    int switches = 0;
     for (int k = 0; k < 12; ++k) {
       const std::size_t count = k % 4 == 3 ? 5000 : 1000 + std::size_t(k) * 97;
       rigs.push_back(std::make_unique<Rig>(env.group(), count));
@@ -715,7 +717,16 @@ TEST_CASE("relay: calls above relay_max_bytes go to OneShot or the ring, and cal
       rigs.back()->write(inputs.back());
       tickets.push_back(comm.allreduce(rigs.back()->spans(), {.defer = defer}));
       CHECK(comm.deferred() <= o.depth);
+      // At a change to or from the relay every call before it has finished (submitted
+      // first where deferred): the relay is never in flight beside another algorithm.
+      const std::string now(comm.last_call().algorithm);
+      if (k > 0 && (now == "relay") != (previous == "relay")) {
+        ++switches;
+        for (int j = 0; j < k; ++j) CHECK_MESSAGE(tickets[j].ready(), "call " << j << " before the switch at call " << k);
+      }
+      previous = now;
     }
+    CHECK(switches >= 4);
     comm.flush();
     for (std::size_t k = 0; k < tickets.size(); ++k) {
       tickets[k].wait();

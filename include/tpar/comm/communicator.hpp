@@ -186,6 +186,17 @@ class Communicator {
           throw Error(ErrorCode::invalid_argument,
                       std::string(plan.schedule.algorithm) + " runs batches on other queues than device " + std::to_string(d) +
                           "'s compute queue: with ready_on_compute_queue, they need its ready point");
+    // A relay call and calls of the other algorithms are never in flight together: at a
+    // change from one to the other, the calls before it finish first. The relay's kernels
+    // wait for each other on the GPUs, and beside other calls in flight they stalled (two
+    // H100s, 2026-11-26, docs/relay.md "Calls in flight beside the relay"); relay calls
+    // alone, or one call at a time, ran clean.
+    const bool relay_call_now = is_relay(plan);
+    if (calls_ > 0 && relay_call_now != last_was_relay_) {
+      auto span = Trace::instance().span("tpar relay switch wait");
+      wait_values(submitted_values(), relay_call_now ? "the calls before a relay call" : "the relay call before this one");
+    }
+    last_was_relay_ = relay_call_now;
     const auto parity = static_cast<std::uint32_t>(calls_ % plan.generation->depth());
     wait_for_slot_set(parity);
     for (std::size_t d = 0; d < n; ++d) {
@@ -1185,6 +1196,7 @@ class Communicator {
   std::unique_ptr<Sync> sync_;
   detail::RelaySetup relay_setup_;
   std::unique_ptr<detail::RelayHub> relay_;  // made by the first relay call
+  bool last_was_relay_ = false;               // whether the last call took the relay
   Capacity host_capacity_, scratch_capacity_;
   std::shared_ptr<Generation> generation_;
   std::list<std::unique_ptr<PlanType>> plans_;  // most recently used first
