@@ -48,9 +48,8 @@
 #   relay-probe  where the relay stalls: soaks of relay calls (larger ones go as the
 #             automatic choice; --soak-timeout 3, RELAY_SOAK seconds each, default 40) on
 #             two GPUs as they are, with relay calls only, one call in flight, downloads on
-#             the compute queue; then the first GPU beside llvmpipe (let through by
-#             TPAR_RELAY_MIXED_DRIVERS=1): per call at 4/16/64 KiB against OneShot, and the
-#             soak
+#             the compute queue; then the first GPU beside llvmpipe: per call at 4/16/64
+#             KiB against OneShot, and the soak
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
 #             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
 #             traces come back in traces.tar.xz; scripts/timeline.py draws them)
@@ -432,7 +431,7 @@ run_relay_probe() {
   [[ -f "$bundle/lvp.tar.xz" ]] || { part_fail "no lavapipe in the bundle (scripts/gpu-bundle.sh --mixed)"; return; }
   mkdir -p /tmp/tpar-lvp && tar -xJf "$bundle/lvp.tar.xz" -C /tmp/tpar-lvp
   (
-    export VK_DRIVER_FILES="${VK_DRIVER_FILES:+$VK_DRIVER_FILES:}/tmp/tpar-lvp/lvp_icd.json" TPAR_RELAY_MIXED_DRIVERS=1
+    export VK_DRIVER_FILES="${VK_DRIVER_FILES:+$VK_DRIVER_FILES:}/tmp/tpar-lvp/lvp_icd.json"
     local soak=${RELAY_SOAK:-40} pair="0,$n_gpus"  # llvmpipe comes after the GPUs
     # A soak of relay calls (larger ones go as the automatic choice), a stall costing 3 s:
     # each failure line names the communicator's options, so the probes tell what the

@@ -4,8 +4,8 @@
 // docs/gpu-test-runs.md); CI has lavapipe alone, so these cases keep that path from
 // rotting between such runs. What differs in a group of two drivers is what tpar decides
 // from the devices' capabilities: their driverUUIDs differ, so no timeline semaphore can
-// be shared (ProxyBridge carries the order) and the relay is not offered (it stalled in
-// such a group).
+// be shared (ProxyBridge carries the order); the relay, which needs none, runs when asked
+// for, not by itself.
 //
 // 1. The decisions, from capabilities: lavapipe's own, with device 1 given another
 //    driverUUID and deviceUUID, and both marked able to share OPAQUE_FD timelines, as an
@@ -13,8 +13,8 @@
 // 2. The path, end to end: two lavapipe devices adopted into a group while a wrapper of
 //    vkGetPhysicalDeviceProperties2 gives the second another driverUUID and deviceUUID
 //    (tpar reads a device's capabilities once, as adopt wraps it). Every algorithm the
-//    group offers (not the relay: it is not offered to two drivers) and every wire: sums
-//    bit-identical on both devices.
+//    group chooses by itself and every wire, then the relay asked for: sums bit-identical
+//    on both devices.
 #include <doctest/doctest.h>
 #include <tpar/comm/any_communicator.hpp>
 
@@ -23,7 +23,6 @@
 #include "support/tracked_bridge.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 using namespace tpar;
@@ -86,16 +85,11 @@ TEST_CASE("two drivers in one group: ProxyBridge, because their semaphores canno
   CHECK(gate.reason.find("device 1 (" + caps[1].name + ") has another driver than device 0 (driverUUID differs)") !=
         std::string::npos);
   CHECK(gate.reason.find("ProxyBridge") != std::string::npos);
-  // The relay: not offered to two drivers (it stalled with an H200 beside llvmpipe).
+  // The relay needs no shared semaphore: two drivers may run it, when asked for.
   const bool clock[] = {true, true};
   const RelayGate relay = relay_gate(caps, clock);
-  CHECK_FALSE(relay.possible);
+  CHECK(relay.possible);
   CHECK_FALSE(relay.automatic);
-  CHECK(relay.reason.find("has another driver than device 0") != std::string::npos);
-  // Asked for by the probe's switch (TPAR_RELAY_MIXED_DRIVERS=1): offered, when asked for.
-  const RelayGate probe = relay_gate(caps, clock, true);
-  CHECK(probe.possible);
-  CHECK_FALSE(probe.automatic);
   // One driver, two physical devices (deviceUUIDs differ): offered, when asked for.
   caps[1].driver_uuid = caps[0].driver_uuid;
   const RelayGate one_driver = relay_gate(caps, clock);
@@ -150,7 +144,8 @@ TEST_CASE("two drivers in one group, end to end: every algorithm and wire, sums 
   CHECK(group->sync_gate().choice == SyncKind::proxy_bridge);
   const RelayGate relay = group->relay_gate();
   MESSAGE("relay: " << relay.reason);
-  CHECK_FALSE(relay.possible);
+  CHECK(relay.possible);  // when asked for (below)
+  CHECK_FALSE(relay.automatic);
 
   for (AlgoChoice algo : {AlgoChoice::automatic, AlgoChoice::oneshot, AlgoChoice::ring}) {
     for (Wire wire : all_wires) {
@@ -180,20 +175,12 @@ TEST_CASE("two drivers in one group, end to end: every algorithm and wire, sums 
     }
   }
 
-  // The probe's switch lets the relay serve the pair (each device's queue waits for the
-  // sum on lavapipe), and it comes out exact and identical; without it the gate stays shut.
-  ::setenv("TPAR_RELAY_MIXED_DRIVERS", "1", 1);
-  const RelayGate probed = group->relay_gate();
-  ::unsetenv("TPAR_RELAY_MIXED_DRIVERS");
-  MESSAGE("relay with TPAR_RELAY_MIXED_DRIVERS=1: " << probed.reason);
-  REQUIRE(probed.possible);
-  CHECK_FALSE(group->relay_gate().possible);
+  // Asked for, the relay serves the pair (each device's queue waits for the sum on
+  // lavapipe): exact and identical on both.
   Options o;
   o.algo = AlgoChoice::relay;
   o.timeout = test_timeout;
-  ::setenv("TPAR_RELAY_MIXED_DRIVERS", "1", 1);
   auto comm = make_communicator(*group, o);
-  ::unsetenv("TPAR_RELAY_MIXED_DRIVERS");
   for (std::size_t count : {std::size_t{1}, std::size_t{4096}}) {
     CAPTURE(count);
     Rig rig(*group, count);

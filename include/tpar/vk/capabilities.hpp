@@ -268,11 +268,12 @@ struct RelayGate {
 // that maps no more than this to the host (a small BAR) needs it for other things.
 inline constexpr vk::DeviceSize relay_min_heap = vk::DeviceSize{16} << 20;
 
-// `clock_enabled[d]`: device d enabled VK_KHR_shader_clock's shaderDeviceClock.
-// `probe_mixed_drivers`: let a group of two drivers through the gate below (when asked
-// for only), to probe the stall it guards against (TPAR_RELAY_MIXED_DRIVERS=1).
-inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> clock_enabled,
-                            bool probe_mixed_drivers = false) {
+// `clock_enabled[d]`: device d enabled VK_KHR_shader_clock's shaderDeviceClock. Devices
+// of different drivers are served like any others: the relay needs no shared semaphore.
+// (It was withheld from them after two stalls on an H200 beside llvmpipe; the probe of
+// 2026-11-26 found the same stall on two H100s of one driver, relay calls in flight beside
+// other calls, which the communicator no longer lets happen: docs/relay.md.)
+inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> clock_enabled) {
   RelayGate gate;
   for (std::size_t i = 0; i < caps.size(); ++i) {
     const auto& c = caps[i];
@@ -285,18 +286,6 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<
                   ", which the relay needs for its slots, so calls keep to OneShot and ChunkedRing";
     return gate;
   }
-  // Devices of different drivers: not offered. On an H200 beside llvmpipe (2026-11-24,
-  // tpar-bench --soak over the pair, docs/perf/raw/mixed-h200-llvmpipe.txt) two relay
-  // calls of 5581 stalled until their timeout, the H200's kernel waiting for the sum
-  // while llvmpipe's queue waited; why is not known yet, so such a group keeps to
-  // OneShot and ChunkedRing, which ran there clean.
-  for (std::size_t i = 1; i < caps.size() && !probe_mixed_drivers; ++i)
-    if (caps[i].driver_uuid != caps[0].driver_uuid) {
-      gate.reason = "device " + std::to_string(i) + " (" + caps[i].name +
-                    ") has another driver than device 0, and the relay stalled in such a group (an H200 beside "
-                    "llvmpipe), so calls keep to OneShot and ChunkedRing";
-      return gate;
-    }
   gate.possible = true;
   // A kernel waits for the sum only where it can wait long (not on lavapipe, which ends a
   // shader's loops itself), bounds its wait by the device clock (a count of polls is no

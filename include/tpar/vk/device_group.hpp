@@ -8,12 +8,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace tpar::inline v0 {
@@ -547,8 +545,7 @@ class DeviceGroup {
     const auto caps = capabilities();
     bool clock_enabled[max_group_devices] = {};
     for (std::size_t i = 0; i < size(); ++i) clock_enabled[i] = state_->devices[i]->enabled().shader_device_clock;
-    const char* probe = std::getenv("TPAR_RELAY_MIXED_DRIVERS");
-    return tpar::relay_gate(caps, std::span<const bool>(clock_enabled, size()), probe && std::string_view(probe) == "1");
+    return tpar::relay_gate(caps, std::span<const bool>(clock_enabled, size()));
   }
 
   // Shared ownership of the group's Vulkan objects (communicators keep it alive).
