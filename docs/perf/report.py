@@ -5,8 +5,9 @@ of scripts/nccl_anchor.py sweep, which the anchor script before it printed the s
     python3 docs/perf/report.py            # prints the Markdown tables, writes docs/perf/busbw.svg
     python3 docs/perf/report.py --check    # exits 1 unless docs/PERFORMANCE.md holds these tables
 
-Reads docs/perf/raw/sweep-{nccl,default,link-native,proxy}-x{2,4}.txt (the logs of the sweeps the
-tables come from; the commands are in docs/PERFORMANCE.md); needs nothing beyond Python 3.
+Reads docs/perf/raw/sweep-{nccl,default,link-native,proxy}-SUFFIX.txt, SUFFIX one of KINDS' (the
+logs of the sweeps the tables come from: x2 and x4 on H200s, 2026-11-21; h100x2-c142125 written by
+scripts/gpu-suite.sh's parts sweep and nccl on two H100s, 2026-11-26); needs nothing beyond Python 3.
 """
 import os
 import re
@@ -16,9 +17,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RAW = os.path.join(HERE, "raw")
 
 
+# Each machine's sweeps: its device count and the suffix of its logs' names.
+KINDS = {"x2": (2, "x2"), "x4": (4, "x4"), "h100x2": (2, "h100x2-c142125")}
+
+
 def nccl(kind):
     out = {}
-    for line in open(os.path.join(RAW, f"sweep-nccl-{kind}.txt")):
+    for line in open(os.path.join(RAW, f"sweep-nccl-{KINDS[kind][1]}.txt")):
         m = re.match(r"(\S+) n=(\d+) bytes=\s*(\d+) time_us=\s*([\d.]+) algbw=\s*([\d.]+) busbw=\s*([\d.]+)", line)
         if m:
             out[(m.group(1), int(m.group(3)))] = (float(m.group(4)), float(m.group(6)))
@@ -38,6 +43,35 @@ def bench(name):
     return rows
 
 
+CHAIN_LOG = "x2-h100-c142125.txt"  # gpu-suite.sh parts nccl and chain, one run on two H100s
+
+
+def chain_table():
+    """tpar's chain against NCCL's (P2P off), eager and from a CUDA graph, same run: boundary (host enqueue a step)."""
+    tpar, nccl_rows, work = {}, {}, None
+    for line in open(os.path.join(RAW, CHAIN_LOG)):
+        m = re.match(r"## tpar-bench --devices \S+ --chain \d+ --chain-work (\S+)", line)
+        if m:
+            work = m.group(1)
+            continue
+        f = line.split()
+        if work is not None and len(f) >= 7 and f[0].isdigit() and f[2] == "streams":
+            tpar[(work, int(f[0]))] = (float(f[5]), float(f[6]))
+        m = re.match(r"p2p-off chain n=2 bytes=\s*(\d+) steps=\d+ work=(\d+) mode=(\w+) step_us=\s*[\d.]+ "
+                     r"no_allreduce_us=\s*[\d.]+ boundary_us=\s*([\d.-]+) enqueue_us=\s*([\d.]+) ok=True", line)
+        if m:
+            w = "0" if m.group(2) == "0" else "58M"
+            nccl_rows[(w, int(m.group(1)), m.group(3))] = (float(m.group(4)), float(m.group(5)))
+    lines = ["| weights a step | bytes | tpar, streams: boundary (enqueue a step) | NCCL P2P off, PyTorch's loop | "
+             "NCCL P2P off, CUDA graph |", "|---|---|---|---|---|"]
+    for w in ("0", "58M"):
+        for b in (4096, 16384, 65536):
+            cell = lambda v: f"{v[0]:.1f} us ({v[1]:.1f} us)"
+            lines.append(f"| {w} | {human(b)} | {cell(tpar[(w, b)])} | {cell(nccl_rows[(w, b, 'eager')])} | "
+                         f"{cell(nccl_rows[(w, b, 'graph')])} |")
+    return "\n".join(lines)
+
+
 def human(b):
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if b >= 1 << shift:
@@ -46,14 +80,14 @@ def human(b):
 
 
 def table(kind):
-    n = {"x2": 2, "x4": 4}[kind]
+    n, suffix = KINDS[kind]
     nc = nccl(kind)
-    auto = {r["bytes"]: r for r in bench(f"sweep-default-{kind}.txt")}
-    native = bench(f"sweep-link-native-{kind}.txt")
+    auto = {r["bytes"]: r for r in bench(f"sweep-default-{suffix}.txt")}
+    native = bench(f"sweep-link-native-{suffix}.txt")
     by = lambda wire: {r["bytes"]: r for r in native if r["wire"] == wire}
     f32, bf16 = by("f32"), by("bf16")
     proxy = {}
-    for r in bench(f"sweep-proxy-{kind}.txt"):  # the default wire (older logs: every wire; bf16 kept)
+    for r in bench(f"sweep-proxy-{suffix}.txt"):  # the default wire (older logs: every wire; bf16 kept)
         if r["bytes"] not in proxy or r["wire"] == "bf16":
             proxy[r["bytes"]] = r
     lines = [f"| bytes | NCCL P2P off: us / busbw | tpar, runtime's choice: algo, wire, us / busbw (x NCCL) | tpar f32 NativeImport: us / busbw (eff) | tpar bf16 NativeImport: us / busbw (eff) | tpar ProxyBridge: us | NCCL NVLink busbw |",
@@ -115,7 +149,8 @@ def svg():
 def check():
     """The page's tables must be the ones these logs give, row for row."""
     page = open(os.path.join(HERE, "..", "PERFORMANCE.md")).read().splitlines()
-    missing = [line for kind in ("x2", "x4") for line in table(kind).splitlines()[2:] if line not in page]
+    missing = [line for kind in KINDS for line in table(kind).splitlines()[2:] if line not in page]
+    missing += [line for line in chain_table().splitlines()[2:] if line not in page]
     for line in missing:
         print(f"report.py: not in docs/PERFORMANCE.md: {line}", file=sys.stderr)
     return 1 if missing else 0
@@ -127,7 +162,8 @@ if __name__ == "__main__":
     if sys.argv[1:]:
         print("usage: report.py [--check]", file=sys.stderr)
         sys.exit(2)
-    for kind in ("x2", "x4"):
+    for kind in KINDS:
         print(table(kind))
         print()
+    print(chain_table())
     svg()
