@@ -72,6 +72,46 @@ def chain_table():
     return "\n".join(lines)
 
 
+def rng(values, fmt="{:.0f}"):
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def chain_note():
+    """The paragraph under the chain table, its figures from the same log."""
+    t = chain_table().splitlines()[2:]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in t]
+    num = lambda c: [float(x) for x in re.findall(r"([\d.]+) us", c)]
+    pick = lambda w, col, k: [num(r[col])[k] for r in cells if r[0] == w]
+    return (f"- **Without weights** NCCL's graph pays {rng(pick('0', 4, 0))} us a boundary, tpar {rng(pick('0', 2, 0))} us: "
+            f"NCCL's\n  kernel waits for its peer inside the kernel, tpar's batch waits on a timeline semaphore\n"
+            f"  (the 12-15 us hop, \"What bounds each figure\"). From PyTorch's loop NCCL's figure is the\n"
+            f"  host's ({rng(pick('0', 3, 1))} us a step to enqueue).\n"
+            f"- **With 58 MiB of weights a step** the graph's replay returned only when the whole chain\n"
+            f"  had run ({rng(pick('58M', 4, 1))} us a step of host time, as long as the step), and NCCL's boundary grew to\n"
+            f"  {rng(pick('58M', 4, 0))} us; tpar's stayed at {rng(pick('58M', 2, 0))} us. Why NCCL's host-staged "
+            f"transport holds the replay\n  so was not probed; the eager figures ({rng(pick('58M', 3, 0))} us) are bounded "
+            f"by PyTorch's enqueue ({rng(pick('58M', 3, 1))}\n  us a step), not by NCCL.")
+
+
+def h100_note():
+    """The paragraph under the two H100s' table, its figures from the same logs."""
+    auto = {r["bytes"]: r for r in bench(f"sweep-default-{KINDS['h100x2'][1]}.txt")}
+    nc = nccl("h100x2")
+    small = [auto[b] for b in (4096, 16384, 65536)]
+    big = [auto[b]["busbw"] / nc[("p2p-off", b)][1] for b in auto if b >= 1 << 20]
+    h200 = {r["bytes"]: r for r in bench("sweep-default-x2.txt")}
+    t = chain_table().splitlines()[2:5]
+    chain = [float(re.findall(r"([\d.]+) us", row.split("|")[3])[0]) for row in t]
+    return (f"Up to 64 KiB this run's one-repetition figures ({rng([r['us'] for r in small])} us, with "
+            f"{rng([r['cpu'] for r in small])} us of host CPU a call)\n"
+            f"are far from the same machine's chain ({rng(chain)} us a boundary, above) and from the H200s'\n"
+            f"{rng([h200[16384]['us'], h200[65536]['us']])} us; the sweeps ran right after the link probe, as the slow rows of the H200 run\n"
+            f"below did, and with one repetition nothing shows whether that, or the machine, is the\n"
+            f"cause. From 1 MiB tpar's choice moves {rng(big, '{:.2f}')}x the bus bandwidth of NCCL with\n"
+            f"peer-to-peer off.")
+
+
 def human(b):
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if b >= 1 << shift:
@@ -151,6 +191,10 @@ def check():
     page = open(os.path.join(HERE, "..", "PERFORMANCE.md")).read().splitlines()
     missing = [line for kind in KINDS for line in table(kind).splitlines()[2:] if line not in page]
     missing += [line for line in chain_table().splitlines()[2:] if line not in page]
+    if h100_note() not in "\n".join(page):
+        missing.append("the paragraph under the two H100s' table:\n" + h100_note())
+    if chain_note() not in "\n".join(page):
+        missing.append("the paragraph under the NCCL chain table:\n" + chain_note())
     for line in missing:
         print(f"report.py: not in docs/PERFORMANCE.md: {line}", file=sys.stderr)
     return 1 if missing else 0
@@ -166,4 +210,6 @@ if __name__ == "__main__":
         print(table(kind))
         print()
     print(chain_table())
+    print()
+    print(chain_note())
     svg()
