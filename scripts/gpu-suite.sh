@@ -20,7 +20,8 @@
 #             the sweep's sizes with peer-to-peer off (staged through host memory, as tpar
 #             must) and on (sweep-nccl-nN.txt), and the chain at 4/16/64 KiB with and without
 #             58 MiB of weights, peer-to-peer off, from PyTorch's loop and replayed from a
-#             captured CUDA graph (the host's enqueue out of the figure)
+#             captured CUDA graph (the host's enqueue out of the figure); NCCL_CHAIN_ONLY=1
+#             or NCCL_SWEEP_ONLY=1 leaves the other half out
 #   chain     tpar-bench --chain 64 at 4/16/64 KiB, with and without 58 MiB of weights a
 #             dispatch, wirings streams, semaphores and threads, on 2 and on all GPUs
 #   llama     llama-bench -fa 1 on 1, 2 and all GPUs: -sm none, layer, tensor with ggml's
@@ -259,6 +260,7 @@ run_nccl() {
     done
     echo "# NCCL sweep n=$n: $(basename "$f")" >> "$log"
     fi
+    if [[ -n ${NCCL_SWEEP_ONLY:-} ]]; then say "NCCL_SWEEP_ONLY: the NCCL chain left out"; [[ $n == "$all" ]] && break; continue; fi
     for work in 0 58M; do
       for mode in eager graph; do
         local g=()

@@ -200,21 +200,23 @@ def render():
     arows = ["| machine | figure | tpar (runtime's choice) | NCCL P2P off | ratio | NCCL NVLink (reference) |",
              "|---|---|---|---|---|---|"]
     ar = {}
-    for kind, k in (("x2", 2), ("x4", 4)):
+    for kind, machine in (("h100x2", "2 H100s, 2026-11-26, c142125, -r 1"), ("x2", "2 H200s, 2026-11-21"),
+                          ("x4", "4 H200s, 2026-11-21")):
         nc = report.nccl(kind)
-        auto = {r["bytes"]: r for r in report.bench(f"sweep-default-{kind}.txt")}
+        auto = {r["bytes"]: r for r in report.bench(f"sweep-default-{report.KINDS[kind][1]}.txt")}
         big, small = auto[64 << 20], auto[16 << 10]
-        ar[k] = (big["busbw"] / nc[("p2p-off", 64 << 20)][1], small["us"] / nc[("p2p-off", 16 << 10)][0])
-        arows.append(f"| {k} H200s | 64 MiB, busbw ({big['wire']} wire) | {big['busbw']:.1f} GB/s | "
-                     f"{nc[('p2p-off', 64 << 20)][1]:.1f} GB/s | {ar[k][0]:.2f}x | {nc[('nvlink', 64 << 20)][1]:.0f} GB/s |")
-        arows.append(f"| {k} H200s | 16 KiB, time per call | {small['us']:.1f} us | {nc[('p2p-off', 16 << 10)][0]:.1f} us | "
-                     f"{ar[k][1]:.1f}x slower | |")
+        ar[kind] = (big["busbw"] / nc[("p2p-off", 64 << 20)][1], small["us"] / nc[("p2p-off", 16 << 10)][0])
+        arows.append(f"| {machine} | 64 MiB, busbw ({big['wire']} wire) | {big['busbw']:.1f} GB/s | "
+                     f"{nc[('p2p-off', 64 << 20)][1]:.1f} GB/s | {ar[kind][0]:.2f}x | {nc[('nvlink', 64 << 20)][1]:.0f} GB/s |")
+        arows.append(f"| {machine} | 16 KiB, time per call | {small['us']:.1f} us | {nc[('p2p-off', 16 << 10)][0]:.1f} us | "
+                     f"{ar[kind][1]:.1f}x slower | |")
     blocks["glance-allreduce"] = "\n".join(arows)
     blocks["readme-allreduce"] = (
         f"As an AllReduce by itself, against NCCL with peer-to-peer off (NCCL staging through host memory, as tpar must: "
-        f"Vulkan reaches no NVLink), tpar moved 64 MiB at {ar[2][0]:.2f}x (2 H200s) and {ar[4][0]:.2f}x (4 H200s) NCCL's "
-        f"bus bandwidth and was {ar[4][1]:.1f}-{ar[2][1]:.1f}x slower at 16 KiB (2026-11-21 to 11-24, not rerun since; "
-        f"docs/PERFORMANCE.md, \"At a glance\").")
+        f"Vulkan reaches no NVLink), tpar moved 64 MiB at {ar['h100x2'][0]:.2f}x NCCL's bus bandwidth on two H100s "
+        f"(2026-11-26, tree c142125), {ar['x2'][0]:.2f}x on two H200s and {ar['x4'][0]:.2f}x on four (2026-11-21), and was "
+        f"{min(a[1] for a in ar.values()):.1f}-{max(a[1] for a in ar.values()):.1f}x slower at 16 KiB, back to back "
+        f"(docs/PERFORMANCE.md, \"At a glance\"; a decode's dependent chain is another matter: \"The chain\").")
 
     # --- the host per token
     hrows = ["| 8B, one decode token | token | host enqueue | vs `-sm none`'s | in vkQueueSubmit | in graph_compute | "

@@ -105,7 +105,7 @@ def h100_note():
     chain = [float(re.findall(r"([\d.]+) us", row.split("|")[3])[0]) for row in t]
     return (f"Up to 64 KiB this run's one-repetition figures ({rng([r['us'] for r in small])} us, with "
             f"{rng([r['cpu'] for r in small])} us of host CPU a call)\n"
-            f"are far from the same machine's chain ({rng(chain)} us a boundary, above) and from the H200s'\n"
+            f"are far from the chain on two H100s above ({rng(chain)} us a boundary; another machine) and from the H200s'\n"
             f"{rng([h200[16384]['us'], h200[65536]['us']])} us; the sweeps ran right after the link probe, as the slow rows of the H200 run\n"
             f"below did, and with one repetition nothing shows whether that, or the machine, is the\n"
             f"cause. From 1 MiB tpar's choice moves {rng(big, '{:.2f}')}x the bus bandwidth of NCCL with\n"
