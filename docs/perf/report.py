@@ -103,12 +103,22 @@ def h100_note():
     h200 = {r["bytes"]: r for r in bench("sweep-default-x2.txt")}
     t = chain_table().splitlines()[2:5]
     chain = [float(re.findall(r"([\d.]+) us", row.split("|")[3])[0]) for row in t]
+    # The same calls three times over on two H100s, in the run of the chain (another machine).
+    oneshot, inside = [], False
+    for line in open(os.path.join(RAW, CHAIN_LOG)):
+        if line.startswith("## "):
+            inside = line.startswith("## tpar-bench --devices 0,1 --algo oneshot --sizes 4K,16K,64K -r 3")
+        f = line.split()
+        if inside and len(f) >= 12 and f[0].isdigit():
+            oneshot.append((float(f[5]), float(f[10])))
     return (f"Up to 64 KiB this run's one-repetition figures ({rng([r['us'] for r in small])} us, with "
             f"{rng([r['cpu'] for r in small])} us of host CPU a call)\n"
             f"are far from the chain on two H100s above ({rng(chain)} us a boundary; another machine) and from the H200s'\n"
             f"{rng([h200[16384]['us'], h200[65536]['us']])} us; the sweeps ran right after the link probe, as the slow rows of the H200 run\n"
-            f"below did, and with one repetition nothing shows whether that, or the machine, is the\n"
-            f"cause. From 1 MiB tpar's choice moves {rng(big, '{:.2f}')}x the bus bandwidth of NCCL with\n"
+            f"below did. The same sizes with `--algo oneshot -r 3` on two H100s in the chain's run took\n"
+            f"{rng([o[0] for o in oneshot], '{:.1f}')} us a call with {rng([o[1] for o in oneshot], '{:.1f}')} us of host CPU "
+            f"([log](perf/raw/{CHAIN_LOG})): the figure for a call of these sizes;\n"
+            f"why the sweep's first rows ran slow was not probed. From 1 MiB tpar's choice moves {rng(big, '{:.2f}')}x the bus bandwidth of NCCL with\n"
             f"peer-to-peer off.")
 
 
