@@ -208,7 +208,6 @@ inline void check_mode_flags(const Config& c) {
       {"--relay-peers", {"--min-bytes", "--max-bytes", "--factor", "--sizes", "--iters", "--warmup", "--repeat", "--defer",
                          "--depth", "--relay-max", "--profile", "--profile-out", "--csv", "--json"}},
   };
-  if (c.has("--soak-timeout") && !c.has("--soak")) tpar_cli::usage_error(program, "--soak-timeout goes with --soak");
   const std::vector<std::string_view> everywhere = {"--quiet", "--dry-run"};
   const Mode* chosen = nullptr;
   for (const auto& m : modes) {
@@ -224,7 +223,7 @@ inline void check_mode_flags(const Config& c) {
     const bool common = std::find(everywhere.begin(), everywhere.end(), f) != everywhere.end();
     if (chosen && !common && std::find(chosen->takes.begin(), chosen->takes.end(), f) == chosen->takes.end())
       tpar_cli::usage_error(program, std::string(chosen->flag) + " does not take " + f);
-    if (!chosen && (f == "--seed" || f == "--inject-fault"))
+    if (!chosen && (f == "--seed" || f == "--inject-fault" || f == "--soak-timeout"))
       tpar_cli::usage_error(program, f + " is for --soak");
     if ((!chosen || std::string_view(chosen->flag) != "--chain") && (f == "--chain-work" || f == "--chain-wiring"))
       tpar_cli::usage_error(program, f + " is for --chain");
