@@ -13,7 +13,9 @@
                                    boundary's cost). With --graph the STEPS steps are
                                    captured once in a CUDA graph and replayed, so the
                                    host's enqueue (PyTorch's eager loop: 53-90 us a step
-                                   on four H100s) is out of the figure: NCCL's own chain
+                                   on four H100s) is out of the figure where the replay
+                                   returns at once (with 58M of weights and P2P off, on
+                                   two H100s, it held the host while the chain ran)
 
 N is the number of GPUs (one process each); LABEL names the rows ("p2p-off", "nvlink").
 Run it on the GPU machine, as tpar-bench runs, in the same run:
@@ -31,6 +33,7 @@ CUDA graph; rows say mode=graph, else mode=eager). NCCL_BENCH_SIZES sets --sizes
 Exit status: 0 success, 1 a failure (a wrong sum included), 2 a usage error.
 """
 import argparse
+import faulthandler
 import os
 import sys
 import time
@@ -91,7 +94,6 @@ def chain(rank, n, label, sizes, steps, work, runs, graph):
     import torch.distributed as dist
     weights = torch.zeros(max(work // 4, 1), device="cuda")
     scale = 1.0 / n
-    import faulthandler
     for nbytes in sizes:
         # A size that takes minutes is a hang: every thread's stack to stderr, then out.
         faulthandler.dump_traceback_later(60, exit=True)
