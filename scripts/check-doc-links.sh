@@ -16,8 +16,9 @@
 # - a Markdown file named bare (DESIGN.md) that no file of the clone is;
 # - a commit quoted by its hash (7 to 40 hex digits with a letter and a digit, standing
 #   alone: not inside a file name, a UUID or a URL) that is not a commit of the
-#   repository. Hashes of pinned third-party sources, which their archives under
-#   third_party/ carry in their names (llama.cpp-3f545bec.tar.xz), are not ours; nor is
+#   repository. Hashes of third-party sources, which their archives under third_party/
+#   carry in their names (llama.cpp-de3ff815.tar.xz) or third_party/README.md names
+#   (the llama.cpp trees pinned before), are not ours; nor is
 #   one written BRANCH@HASH (experiment/flags@afa9fe9): a commit of a branch that was
 #   never merged, named as such.
 #
@@ -61,10 +62,13 @@ for d in list(dirs):
         dirs.add(d)
 top = {f.split("/", 1)[0] for f in clone}
 basenames = {os.path.basename(f) for f in clone}
-pinned = set()  # hashes in the names of third_party/ archives
+pinned = set()  # hashes in the names of third_party/ archives, and in its README
 for f in clone:
     if f.startswith("third_party/"):
         pinned |= set(re.findall(r"[0-9a-f]{7,40}", os.path.basename(f)))
+if os.path.exists(os.path.join(root, "third_party/README.md")):
+    with open(os.path.join(root, "third_party/README.md")) as f:
+        pinned |= set(re.findall(r"\b[0-9a-f]{7,40}\b", f.read()))
 
 
 def exists(rel):  # rel: normalized, relative to the root

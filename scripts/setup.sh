@@ -10,7 +10,7 @@
 #   scripts/setup.sh llama   build + run, plus what building the pinned llama.cpp needs
 set -euo pipefail
 packages=(g++ cmake ninja-build libvulkan-dev libvulkan1 mesa-vulkan-drivers)
-llama=(glslc spirv-headers patch xz-utils)
+llama=(glslc spirv-headers patch xz-utils git)
 case "${1:-}" in
   "") ;;
   test) packages+=(spirv-tools doctest-dev vulkan-validationlayers pkg-config curl jq python3 "${llama[@]}") ;;
