@@ -292,6 +292,65 @@ case "$name" in
     echo "decode speed at depth over speed at 0: tpar $r_tpar, one device $r_none"
     awk -v t="$r_tpar" -v g="$r_none" 'BEGIN { exit !(t >= 0.5 * g) }' || fail "tpar's decode fell with depth to $r_tpar of its speed, one device's to $r_none"
     ;;
+  quant-2|quant-3)
+    # The weights llama.cpp users mostly run: Q4_K_M (tpar-llama-model --type q4_k_m: most
+    # tensors Q4_K, the output and the second layer's attn_v and ffn_down Q6_K, as
+    # llama-quantize gives them). 1536 wide, 24 heads of 64, 12 KV heads: the attention
+    # split's granularity is 256 (a whole Q4_K block of pairs of heads), so 2 and 3
+    # devices get equal shares (768 or 512 each), as the FFN's (3072) do. (An uneven split,
+    # 768 wide over 2 devices, makes ggml's own AllReduce abort on two lavapipe devices in
+    # glibc, "free(): invalid pointer", as case uneven-split notes; tpar's runs do not.)
+    # At 2 devices tpar's sums are ggml's own AllReduce's, bit for bit; at 3 ggml's
+    # fallback adds the third device's values first ((a0 + a2) + a1) and tpar in device
+    # order, so they agree within a bound, and tpar with a thread per device equals tpar.
+    n=${name#quant-}
+    devices=$(printf '0%.0s,' $(seq 1 "$n") | sed 's/,$//')
+    [[ $n == 2 ]] && devices=$pair
+    "$BIN/tpar-llama-model" --describe "$MODELS/quant.gguf" | awk '{ print $2 }' | sort | uniq -c | tr '\n' ' '; echo
+    run none quant.gguf 0 none
+    run ggml quant.gguf "$devices" tensor GGML_VK_DISABLE_TPAR=1
+    run tpar quant.gguf "$devices" tensor TPAR_WIRE=f32
+    check_served tpar "$n"
+    compare tpar none $bound_vs_none
+    if [[ $n == 2 ]]; then
+      compare tpar ggml --exact
+    else
+      run tpar-threads quant.gguf "$devices" tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
+      check_served tpar-threads "$n"
+      compare tpar ggml --relative 0.001
+      compare tpar-threads tpar --exact
+    fi
+    ;;
+  quant-mix)
+    # tpar-llama-model's quantized types are llama-quantize's: for each mix, a model
+    # written directly in it holds every tensor in the type llama-quantize (llama.cpp's
+    # own quantizer, built beside it) gives the same model's f32 weights. Three shapes
+    # exercise the rules: a dense model (the _M mixes' more bits for some layers), an
+    # 80-layer GQA model (llama.cpp's "70B": attn_v moved up) and an 8-expert MoE model
+    # (attn_v and attn_k in q8_0).
+    [[ -x "$BIN/llama-quantize" ]] || fail "no llama-quantize in $BIN"
+    shapes=("dense:--preset tiny --layers 9"
+            "80-layers:--preset tiny --ff 256 --layers 80"
+            "moe-8:--preset tiny-moe --experts 8 --experts-used 2 --layers 2")
+    for shape in "${shapes[@]}"; do
+      tag=${shape%%:*}
+      # shellcheck disable=SC2086
+      "$BIN/tpar-llama-model" ${shape#*:} --type f32 -o "$dir/$tag-f32.gguf" 2> /dev/null || fail "$tag: tpar-llama-model f32"
+      for mix in q4_0 q4_k_m q5_k_m q6_k; do
+        upper=$(echo "$mix" | tr a-z A-Z)
+        "$BIN/llama-quantize" "$dir/$tag-f32.gguf" "$dir/$tag-$mix-llama.gguf" "$upper" 2 > "$dir/$tag-$mix-quantize.log" 2>&1 ||
+          { tail -5 "$dir/$tag-$mix-quantize.log"; fail "$tag: llama-quantize $upper"; }
+        # shellcheck disable=SC2086
+        "$BIN/tpar-llama-model" ${shape#*:} --type "$mix" -o "$dir/$tag-$mix.gguf" 2> /dev/null || fail "$tag: tpar-llama-model $mix"
+        "$BIN/tpar-llama-model" --describe "$dir/$tag-$mix-llama.gguf" | sort > "$dir/$tag-$mix-llama.txt"
+        "$BIN/tpar-llama-model" --describe "$dir/$tag-$mix.gguf" | sort > "$dir/$tag-$mix.txt"
+        diff "$dir/$tag-$mix-llama.txt" "$dir/$tag-$mix.txt" > "$dir/$tag-$mix.diff" ||
+          { head -20 "$dir/$tag-$mix.diff"; fail "$tag $mix: tensor types differ from llama-quantize's (< llama-quantize, > tpar-llama-model)"; }
+        echo "$tag $mix: $(wc -l < "$dir/$tag-$mix.txt") tensors as llama-quantize types them ($(awk '{ print $2 }' "$dir/$tag-$mix.txt" | sort | uniq -c | awk '{ printf "%s %s ", $1, $2 }'))"
+      done
+      rm -f "$dir/$tag"-*.gguf
+    done
+    ;;
   *) echo "case.sh: unknown case '$name'" >&2; exit 2 ;;
 esac
 echo "PASS ($name)"

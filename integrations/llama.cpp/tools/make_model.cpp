@@ -7,9 +7,11 @@
 //
 // Weights are uniform random with the standard deviation a trained model's initialiser
 // would give (1/sqrt(fan_in)), so activations stay bounded through the layers; the data
-// is written straight in the chosen type (q8_0 blocks are random int8 with one scale),
-// deterministically from the seed, in parallel: Llama-3-8B's shapes in q8_0 (8.5 GB)
-// take about a minute on 16 cores.
+// is written straight in the chosen type, deterministically from the seed, in parallel:
+// q8_0 blocks are random int8 with one scale (Llama-3-8B's shapes, 8.5 GB, take about a
+// minute on 16 cores); the k-quant mixes llama.cpp users run (Q4_K_M, ...) quantize each
+// random row with ggml's own quantizer, each tensor in the type llama-quantize would give
+// it for that mix (llama.cpp's src/llama-quant.cpp, for this architecture).
 #include "ggml.h"
 #include "gguf.h"
 
@@ -32,7 +34,7 @@ struct Shape {
     std::string arch = "dense";  // dense | moe
     int64_t embd = 256, layers = 4, heads = 4, heads_kv = 2, ff = 512, vocab = 512, ctx = 4096;
     int64_t experts = 0, experts_used = 0;
-    ggml_type type = GGML_TYPE_Q8_0;
+    std::string type = "q8_0";  // f32, f16, or one of the mixes in kMixes
     uint64_t seed = 1;
     float rope_base = 10000.0f;
 };
@@ -56,7 +58,12 @@ const char * usage_text =
     "  --experts N           experts per MoE layer (moe)\n"
     "  --experts-used N      experts per token (moe)\n"
     "  --ctx N               context length the model declares\n"
-    "  --type f32|f16|q8_0   weight type (norms and the router stay f32); default q8_0\n"
+    "  --type TYPE           the weights' type, as llama-quantize names it: f32, f16,\n"
+    "                        q8_0 (default), q4_0, q4_k_m, q5_k_m, q6_k; norms and the\n"
+    "                        router stay f32, and each tensor of a mix takes the type\n"
+    "                        llama-quantize gives it (q4_k_m: output and some attn_v and\n"
+    "                        ffn_down in q6_k, the rest q4_k)\n"
+    "  --describe FILE       list a GGUF model's tensors: name, type, shape; then exit\n"
     "  --seed N              random seed (default 1)\n"
     "  -h, --help            this text\n"
     "\n"
@@ -120,6 +127,77 @@ struct TensorPlan {
     float sigma;  // 0: all ones (norm weights)
 };
 
+// A weight type as llama-quantize names it: the type of most tensors, and llama.cpp's
+// file type (general.file_type) for the file.
+struct Mix {
+    const char * name;
+    ggml_type base;
+    uint32_t file_type;
+};
+const Mix kMixes[] = {
+    {"f32", GGML_TYPE_F32, 0},     {"f16", GGML_TYPE_F16, 1},       {"q8_0", GGML_TYPE_Q8_0, 7},
+    {"q4_0", GGML_TYPE_Q4_0, 2},   {"q4_k_m", GGML_TYPE_Q4_K, 15},  {"q5_k_m", GGML_TYPE_Q5_K, 17},
+    {"q6_k", GGML_TYPE_Q6_K, 18},
+};
+
+const Mix * find_mix(const std::string & name) {
+    for (const Mix & m : kMixes) {
+        if (name == m.name) return &m;
+    }
+    return nullptr;
+}
+
+// The roles llama-quantize's choice of type looks at.
+enum class Role { token_embd, output, attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, other };
+
+// What llama-quantize (llama.cpp de3ff815, src/llama-quant.cpp, without an imatrix or
+// overrides) gives a tensor of this architecture for the mix: the base type, moved up
+// for the output, for some layers' attn_v and ffn_down (the first and last eighth and
+// every third between) in the _M mixes, and for MoE models of 8 experts and 80-layer
+// GQA models (llama.cpp's "70B"); then a type whose block fits the row where the
+// chosen one does not.
+ggml_type weight_type(const Shape & s, const Mix & mix, Role role, int64_t layer, int64_t ne0) {
+    ggml_type t = mix.base;
+    if (!ggml_is_quantized(t) || t == GGML_TYPE_Q8_0) return t;  // q8_0, f16, f32: every weight
+    const bool m_mix = mix.file_type == 15 || mix.file_type == 17;  // q4_k_m, q5_k_m
+    const int64_t n = s.layers;
+    const bool more_bits = layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+    const bool eight_experts = s.arch == "moe" && s.experts == 8;
+    const bool model_70b = !eight_experts && n == 80 && s.heads != s.heads_kv;
+    switch (role) {
+        case Role::output:
+            t = ne0 % 256 != 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K;
+            break;
+        case Role::attn_v:
+            if (m_mix && more_bits) t = GGML_TYPE_Q6_K;
+            if (model_70b && (t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K)) t = GGML_TYPE_Q5_K;
+            if (eight_experts) t = GGML_TYPE_Q8_0;
+            break;
+        case Role::attn_k:
+            if (eight_experts) t = GGML_TYPE_Q8_0;
+            break;
+        case Role::ffn_down:
+            if (m_mix && more_bits) t = GGML_TYPE_Q6_K;
+            break;
+        case Role::attn_output:
+            if (eight_experts && mix.file_type == 15) t = GGML_TYPE_Q5_K;
+            break;
+        default:
+            break;
+    }
+    if (ne0 % ggml_blck_size(t) != 0) {
+        // llama-quantize's fallback for a row its type's block does not divide
+        switch (t) {
+            case GGML_TYPE_Q4_K: t = GGML_TYPE_Q5_0; break;
+            case GGML_TYPE_Q5_K: t = GGML_TYPE_Q5_1; break;
+            case GGML_TYPE_Q6_K: t = GGML_TYPE_Q8_0; break;
+            default: break;
+        }
+        if (ne0 % ggml_blck_size(t) != 0) t = GGML_TYPE_F16;
+    }
+    return t;
+}
+
 // Fills `rows` rows of a tensor (row = ne[0] values) starting at row `row0`, in its type.
 void fill_rows(const TensorPlan & t, uint64_t seed, int64_t row0, int64_t rows, uint8_t * out) {
     const int64_t n0 = t.ne[0];
@@ -140,40 +218,69 @@ void fill_rows(const TensorPlan & t, uint64_t seed, int64_t row0, int64_t rows, 
         for (int64_t i = 0; i < n0; ++i) row[i] = t.sigma == 0.0f ? 1.0f : a * rng.symmetric();
         if (t.type == GGML_TYPE_F32) {
             std::memcpy(out + r * n0 * 4, row.data(), size_t(n0) * 4);
-        } else {
+        } else if (t.type == GGML_TYPE_F16) {
             ggml_fp32_to_fp16_row(row.data(), reinterpret_cast<ggml_fp16_t *>(out + r * n0 * 2), n0);
+        } else {
+            // ggml's own quantizer, as llama-quantize runs it without an imatrix
+            const size_t row_bytes = ggml_row_size(t.type, n0);
+            ggml_quantize_chunk(t.type, row.data(), out + size_t(r) * row_bytes, 0, 1, n0, nullptr);
         }
     }
 }
 
-std::vector<TensorPlan> plan_tensors(const Shape & s) {
+std::vector<TensorPlan> plan_tensors(const Shape & s, const Mix & mix) {
     const int64_t head_dim = s.embd / s.heads, kv = head_dim * s.heads_kv;
     const float in_embd = 1.0f / std::sqrt(float(s.embd)), in_ff = 1.0f / std::sqrt(float(s.ff));
     std::vector<TensorPlan> t;
-    t.push_back({"token_embd.weight", {s.embd, s.vocab}, s.type, 1.0f});
+    auto weight = [&](const std::string & name, std::vector<int64_t> ne, Role role, int64_t layer, float sigma) {
+        const ggml_type type = weight_type(s, mix, role, layer, ne[0]);
+        t.push_back({name, std::move(ne), type, sigma});
+    };
+    weight("token_embd.weight", {s.embd, s.vocab}, Role::token_embd, 0, 1.0f);
     for (int64_t l = 0; l < s.layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         t.push_back({p + "attn_norm.weight", {s.embd}, GGML_TYPE_F32, 0.0f});
-        t.push_back({p + "attn_q.weight", {s.embd, s.embd}, s.type, in_embd});
-        t.push_back({p + "attn_k.weight", {s.embd, kv}, s.type, in_embd});
-        t.push_back({p + "attn_v.weight", {s.embd, kv}, s.type, in_embd});
-        t.push_back({p + "attn_output.weight", {s.embd, s.embd}, s.type, in_embd});
+        weight(p + "attn_q.weight", {s.embd, s.embd}, Role::attn_q, l, in_embd);
+        weight(p + "attn_k.weight", {s.embd, kv}, Role::attn_k, l, in_embd);
+        weight(p + "attn_v.weight", {s.embd, kv}, Role::attn_v, l, in_embd);
+        weight(p + "attn_output.weight", {s.embd, s.embd}, Role::attn_output, l, in_embd);
         t.push_back({p + "ffn_norm.weight", {s.embd}, GGML_TYPE_F32, 0.0f});
         if (s.arch == "moe") {
             t.push_back({p + "ffn_gate_inp.weight", {s.embd, s.experts}, GGML_TYPE_F32, in_embd});
-            t.push_back({p + "ffn_gate_exps.weight", {s.embd, s.ff, s.experts}, s.type, in_embd});
-            t.push_back({p + "ffn_up_exps.weight", {s.embd, s.ff, s.experts}, s.type, in_embd});
-            t.push_back({p + "ffn_down_exps.weight", {s.ff, s.embd, s.experts}, s.type, in_ff});
+            weight(p + "ffn_gate_exps.weight", {s.embd, s.ff, s.experts}, Role::ffn_gate, l, in_embd);
+            weight(p + "ffn_up_exps.weight", {s.embd, s.ff, s.experts}, Role::ffn_up, l, in_embd);
+            weight(p + "ffn_down_exps.weight", {s.ff, s.embd, s.experts}, Role::ffn_down, l, in_ff);
         } else {
-            t.push_back({p + "ffn_gate.weight", {s.embd, s.ff}, s.type, in_embd});
-            t.push_back({p + "ffn_up.weight", {s.embd, s.ff}, s.type, in_embd});
-            t.push_back({p + "ffn_down.weight", {s.ff, s.embd}, s.type, in_ff});
+            weight(p + "ffn_gate.weight", {s.embd, s.ff}, Role::ffn_gate, l, in_embd);
+            weight(p + "ffn_up.weight", {s.embd, s.ff}, Role::ffn_up, l, in_embd);
+            weight(p + "ffn_down.weight", {s.ff, s.embd}, Role::ffn_down, l, in_ff);
         }
     }
     t.push_back({"output_norm.weight", {s.embd}, GGML_TYPE_F32, 0.0f});
     // a wider spread than 1/sqrt(n) keeps greedy choices clear of near-ties
-    t.push_back({"output.weight", {s.embd, s.vocab}, s.type, 4.0f * in_embd});
+    weight("output.weight", {s.embd, s.vocab}, Role::output, 0, 4.0f * in_embd);
     return t;
+}
+
+// --describe: one line per tensor, "name type ne0xne1...", as the file holds them.
+int describe(const char * path) {
+    ggml_context * meta = nullptr;
+    gguf_init_params params = {true, &meta};
+    gguf_context * ctx = gguf_init_from_file(path, params);
+    if (!ctx) {
+        std::fprintf(stderr, "tpar-llama-model: %s is not a GGUF file it can read\n", path);
+        return 1;
+    }
+    for (int64_t i = 0; i < gguf_get_n_tensors(ctx); ++i) {
+        const char * name = gguf_get_tensor_name(ctx, i);
+        const ggml_tensor * x = ggml_get_tensor(meta, name);
+        std::printf("%s %s ", name, ggml_type_name(gguf_get_tensor_type(ctx, i)));
+        for (int d = 0; d < ggml_n_dims(x); ++d) std::printf(d ? "x%lld" : "%lld", (long long) x->ne[d]);
+        std::printf("\n");
+    }
+    gguf_free(ctx);
+    ggml_free(meta);
+    return 0;
 }
 
 // A SentencePiece-style vocabulary: <unk> <s> </s>, the 256 byte tokens (so any text
@@ -235,6 +342,7 @@ int main(int argc, char ** argv) {
             if (i + 1 >= args.size()) usage_error(a + " needs a value");
             return args[++i].c_str();
         };
+        if (a == "--describe") return describe(value());
         if (a == "-o" || a == "--output") out = value();
         else if (a == "--preset") (void) value();
         else if (a == "--arch") {
@@ -252,11 +360,8 @@ int main(int argc, char ** argv) {
         else if (a == "--ctx") s.ctx = parse_int("--ctx", value(), 16, 1 << 20);
         else if (a == "--seed") s.seed = uint64_t(parse_int("--seed", value(), 0, INT64_MAX));
         else if (a == "--type") {
-            const std::string t = value();
-            if (t == "f32") s.type = GGML_TYPE_F32;
-            else if (t == "f16") s.type = GGML_TYPE_F16;
-            else if (t == "q8_0") s.type = GGML_TYPE_Q8_0;
-            else usage_error("--type takes f32, f16 or q8_0, not '" + t + "'");
+            s.type = value();
+            if (!find_mix(s.type)) usage_error("--type takes f32, f16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k, not '" + s.type + "'");
         }
         else usage_error("unknown option '" + a + "'");
     }
@@ -269,14 +374,15 @@ int main(int argc, char ** argv) {
     }
     if (s.arch == "dense" && s.experts) usage_error("--experts needs --arch moe");
 
-    const std::vector<TensorPlan> plan = plan_tensors(s);
+    const Mix & mix = *find_mix(s.type);
+    const std::vector<TensorPlan> plan = plan_tensors(s, mix);
     ggml_init_params params = {ggml_tensor_overhead() * (plan.size() + 1), nullptr, true};
     ggml_context * meta = ggml_init(params);
     gguf_context * ctx = gguf_init_empty();
     const std::string arch = "llama";
     gguf_set_val_str(ctx, "general.architecture", arch.c_str());
     gguf_set_val_str(ctx, "general.name", ("random weights, " + s.arch).c_str());
-    gguf_set_val_u32(ctx, "general.file_type", s.type == GGML_TYPE_F32 ? 0 : s.type == GGML_TYPE_F16 ? 1 : 7);
+    gguf_set_val_u32(ctx, "general.file_type", mix.file_type);
     auto key = [&](const char * k) { return arch + "." + k; };
     gguf_set_val_u32(ctx, key("context_length").c_str(), uint32_t(s.ctx));
     gguf_set_val_u32(ctx, key("embedding_length").c_str(), uint32_t(s.embd));
@@ -313,7 +419,7 @@ int main(int argc, char ** argv) {
     size_t total = 0;
     for (size_t i = 0; i < plan.size(); ++i) total += gguf_get_tensor_size(ctx, int64_t(i));
     std::fprintf(stderr, "tpar-llama-model: %s, %s %s, %lld layers, %lld wide, %.1f MB of weights\n", out.c_str(), s.arch.c_str(),
-                 ggml_type_name(s.type), (long long) s.layers, (long long) s.embd, double(total) / 1e6);
+                 mix.name, (long long) s.layers, (long long) s.embd, double(total) / 1e6);
 
     const unsigned workers = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
     const auto start = std::chrono::steady_clock::now();
