@@ -10,8 +10,9 @@
 # parts:
 #   env       the stamp alone (tpar-info, nvidia-smi)
 #   tests     tpar's test programs (NativeImport on NVIDIA; over the GPUs where there are
-#             two or more, else the first GPU opened as several devices) and the llama.cpp
-#             cases dense-2 and decode-growth on the GPUs (logits equal to ggml's)
+#             two or more, else the first GPU opened as several devices), then part cases
+#   cases     the llama.cpp cases dense-2, decode-growth and quant-2 (a Q4_K_M model) on
+#             two GPUs (logits equal to ggml's own AllReduce's)
 #   sweep     tpar-bench from 4 KiB to 256 MiB by 4, -r 3, on 2 and on all GPUs, each into a
 #             log of its own (sweep-KIND-nN.txt, what docs/perf/report.py reads): NativeImport
 #             with the link probe first and every wire (link-native), the runtime's choice
@@ -30,6 +31,12 @@
 #             per device (TPAR_GGML_THREADS=1);
 #             Llama-3-8B's shapes (pp512, tg128; and -d 8192 -n 128 on 2 GPUs) and
 #             Llama-3-70B's with 20 of 80 layers (pp512, tg64)
+#   move      llama.cpp's move to a newer tree: the same models through the bundle's
+#             llama-bench (the tree in STAMP) and bin-old's (gpu-bundle.sh --with-old REF):
+#             -sm none on one GPU, -sm layer and -sm tensor with tpar on 2; Llama-3-8B's
+#             shapes (pp512, tg128) and 70B's with 20 layers (pp512, tg64), each in q8_0
+#             and q4_k_m; old and new taking turns, model by model (MOVE_MODELS=8b or
+#             70b20 runs one of the two, to fit a machine's per-command time limit)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
 #             before, after and with the threads, on 2 and all GPUs
@@ -85,7 +92,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|sweep|nccl|chain|llama|tiny|trace|mixed|relay-probe|cuda|server) parts+=("$1"); shift ;;
+    env|tests|cases|sweep|nccl|chain|llama|move|tiny|trace|mixed|relay-probe|cuda|server) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -117,6 +124,7 @@ unpack() {  # FROM TO: the bundle's FROM/*.xz into TO
 }
 unpack bin "$bin"
 unpack tests "$bin/tests"
+unpack bin-old "$bin/old"
 
 stamp() {
   echo "# tpar gpu-suite: ${parts[*]}"
@@ -166,7 +174,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   echo "## llama-bench $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-bench -m $(basename "$m") -ngl 99 -fa 1 -sm $sm $args -r $reps" >> "$log"
   local start=$SECONDS
   # shellcheck disable=SC2086
-  if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
+  if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
     grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed" "$out/bench.err" | sed 's/^/# /' >> "$log"
@@ -206,11 +214,17 @@ run_tests() {
     grep -E "SKIP|ERROR|FAILED|CHECK failed|REQUIRE failed|test cases|assertions|passed|failed" "$out/test.tmp" | tail -12 >> "$log"
     [[ $rc -eq 0 ]] || part_fail "test $name (exit $rc)"
   done
-  local dense
+  run_cases
+}
+
+run_cases() {
+  local dense quant c
   dense=$(model tiny "--preset" tiny) || return
+  quant=$(model quant-q4_k_m --preset tiny --embd 1536 --heads 24 --heads-kv 12 --ff 3072 --layers 2 --type q4_k_m) || return
   mkdir -p "$models/cases"
   cp "$dense" "$models/cases/dense.gguf"
-  for c in dense-2 decode-growth; do
+  cp "$quant" "$models/cases/quant.gguf"
+  for c in dense-2 decode-growth quant-2; do
     echo "## case $c on devices $(visible 2)" >> "$log"
     BIN=$bin MODELS=$models/cases WORK=/tmp/tpar-cases TPAR_LLAMA_PAIR=$(visible 2) TPAR_TEST_DEVICES=gpus \
       "$root/tests/llama/case.sh" "$c" > "$out/case.tmp" 2>&1 || part_fail "case $c"
@@ -320,6 +334,28 @@ run_llama() {
   bench none-70b20 "$m70" 1 none "-p 512 -n 64"
   bench layer2-70b20 "$m70" 2 layer "-p 512 -n 64"
   variants 70b20 "$m70" "-p 512 -n 64"
+}
+
+run_move() {
+  say "part move"
+  [[ -x "$bin/old/llama-bench" ]] || { part_fail "no bin-old/llama-bench in the bundle (scripts/gpu-bundle.sh --with-old REF)"; return; }
+  grep -E "^(built|old tree)" "$bundle/STAMP" | sed 's/^/# move: /' >> "$log"
+  local spec tag preset args type m tree
+  for spec in "8b:llama3-8b::-p 512 -n 128" "70b20:llama3-70b:--layers 20:-p 512 -n 64"; do
+    IFS=: read -r tag preset extra args <<< "$spec"
+    [[ -z ${MOVE_MODELS:-} || ${MOVE_MODELS} == "$tag" ]] || continue
+    for type in q8_0 q4_k_m; do
+      # shellcheck disable=SC2086
+      m=$(model "$preset${extra:+-20l}-$type" --preset "$preset" $extra --type "$type") || return
+      for tree in old new; do
+        local bb="$bin"
+        [[ $tree == old ]] && bb="$bin/old"
+        bench_bin=$bb bench "move-$tree-none-$tag-$type" "$m" 1 none "$args"
+        bench_bin=$bb bench "move-$tree-layer2-$tag-$type" "$m" 2 layer "$args"
+        bench_bin=$bb bench "move-$tree-tpar2-$tag-$type" "$m" 2 tensor "$args"
+      done
+    done
+  done
 }
 
 run_server() {
@@ -509,11 +545,13 @@ for p in "${parts[@]}"; do
   case "$p" in
     env) ;;
     tests) run_tests ;;
+    cases) run_cases ;;
     sweep) run_sweep ;;
     nccl) run_nccl ;;
     relay-probe) run_relay_probe ;;
     chain) run_chain ;;
     llama) run_llama ;;
+    move) run_move ;;
     tiny) run_tiny ;;
     mixed) run_mixed ;;
     cuda) run_cuda ;;
