@@ -40,7 +40,7 @@
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
 #             before, after and with the threads, on 2 and all GPUs
-#   cuda      the CUDA anchor: the pinned llama.cpp built here with ggml-cuda (nvcc, sm_90;
+#   cuda      the CUDA anchor: the pinned llama.cpp (scripts/llama.sh's) built here with ggml-cuda (nvcc, sm_90;
 #             NCCL from PyTorch's wheel), llama-bench on the same models: -sm none, and
 #             -sm tensor on 2 and all GPUs with GGML_CUDA_ALLREDUCE=internal, nccl, and nccl
 #             with NCCL_P2P_DISABLE=1 (staged through host memory, as tpar must)
@@ -404,14 +404,16 @@ run_cuda() {
   [[ -n "$nccl" && -f "$nccl/include/nccl.h" ]] || { part_fail "no NCCL in PyTorch's wheel"; return; }
   [[ -e "$nccl/lib/libnccl.so" ]] || ln -s libnccl.so.2 "$nccl/lib/libnccl.so"
   if [[ ! -x $work/build/bin/llama-bench ]]; then
-    mkdir -p $work && tar -xJf "$root/third_party/llama.cpp-3f545bec.tar.xz" -C $work
+    local commit
+    commit=$(sed -nE 's/^llama_commit=([0-9a-f]+).*/\1/p' "$root/scripts/llama.sh")
+    mkdir -p $work && tar -xJf "$root/third_party/llama.cpp-$commit.tar.xz" -C $work
     local start=$SECONDS
     cmake -S $work/llama.cpp -B $work/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DGGML_CUDA_NCCL=ON -DNCCL_ROOT="$nccl" -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > $work/configure.log 2>&1 &&
       cmake --build $work/build --target llama-bench -j "$(nproc)" > $work/build.log 2>&1 ||
       { tail -20 $work/configure.log $work/build.log >> "$log"; part_fail "the CUDA build"; return; }
-    echo "# llama.cpp 3f545bec with ggml-cuda (sm_90, NCCL $(ls $nccl/lib/libnccl.so.* | head -1 | sed 's/.*so\.//')), built in $((SECONDS - start)) s" >> "$log"
+    echo "# llama.cpp $commit with ggml-cuda (sm_90, NCCL $(ls $nccl/lib/libnccl.so.* | head -1 | sed 's/.*so\.//')), built in $((SECONDS - start)) s" >> "$log"
   fi
   local m8 m70 n mode
   m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
