@@ -3,7 +3,9 @@
 timeline of one step (a decode token): what the host thread was inside of, and when each
 command buffer ran on each GPU, with the figures that say where the step's time went.
 
-  timeline.py TRACE.json -o token.svg [--title TEXT] [--step K|all] [--summary-json FILE]
+  timeline.py TRACE.json [-o token.svg] [--title TEXT] [--step K|all] [--summary-json FILE]
+
+Without -o it draws nothing and prints the figures only.
 
 A step runs from the end of one synchronize to the end of the next (a token of llama.cpp:
 ggml-vulkan's synchronize on every device at its end; synchronizes with no graph_compute
@@ -193,7 +195,7 @@ def main():
     parser = argparse.ArgumentParser(prog="timeline.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("trace")
-    parser.add_argument("-o", "--output", required=True, help="the SVG to write")
+    parser.add_argument("-o", "--output", help="the SVG to write (without it: the figures only)")
     parser.add_argument("--title", default="")
     parser.add_argument("--step", default="-1", help="which complete step of the window (default: the last), or all")
     parser.add_argument("--summary-json")
@@ -227,8 +229,9 @@ def main():
         summary = median_summary(events, names, steps)
     summary["trace"] = args.trace
     summary["tpar"] = data.get("tpar", {})
-    with open(args.output, "w") as f:
-        f.write(draw(events, names, begin, end, summary, args.title or args.trace))
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(draw(events, names, begin, end, summary, args.title or args.trace))
     if args.summary_json:
         with open(args.summary_json, "w") as f:
             json.dump(summary, f, indent=1)
