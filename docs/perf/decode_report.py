@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Renders the decode figures of docs/PERFORMANCE.md and the verdict of README.md from the
-raw logs of scripts/gpu-suite.sh, so that no figure there is typed by hand.
+"""Renders the four-H100 decode figures of docs/PERFORMANCE.md and README.md's AllReduce
+paragraph from the raw logs of scripts/gpu-suite.sh, so that no figure there is typed by
+hand (README's first screen: docs/perf/llama_report.py).
 
     python3 docs/perf/decode_report.py            # rewrites the rendered blocks in place
     python3 docs/perf/decode_report.py --check    # exits 1 where a rendered block differs
@@ -215,8 +216,9 @@ def render():
         f"As an AllReduce by itself, against NCCL with peer-to-peer off (NCCL staging through host memory, as tpar must: "
         f"Vulkan reaches no NVLink), tpar moved 64 MiB at {ar['h100x2'][0]:.2f}x NCCL's bus bandwidth on two H100s "
         f"(2026-11-26, tree c142125), {ar['x2'][0]:.2f}x on two H200s and {ar['x4'][0]:.2f}x on four (2026-11-21), and was "
-        f"{min(a[1] for a in ar.values()):.1f}-{max(a[1] for a in ar.values()):.1f}x slower at 16 KiB, back to back "
-        f"(docs/PERFORMANCE.md, \"At a glance\"; a decode's dependent chain is another matter: \"The chain\").")
+        f"{ar['x4'][1]:.1f}-{ar['x2'][1]:.1f}x slower at 16 KiB on the H200s, back to back (the two H100s' 16 KiB row is "
+        f"their sweep's first and slow; docs/PERFORMANCE.md, \"At a glance\"; a decode's dependent chain is another "
+        f"matter: \"The chain\").")
 
     # --- the host per token
     hrows = ["| 8B, one decode token | token | host enqueue | vs `-sm none`'s | in vkQueueSubmit | in graph_compute | "
@@ -353,26 +355,7 @@ def render():
         f"{cuda_ratio[('70b20', n)]['internal']:.2f}x) "
         f"{'tpar beats' if all(cuda_ratio[(m, n)]['tpar'] > cuda_ratio[(m, n)]['internal'] for m in ('8b', '70b20')) else 'tpar does not beat'}.")
 
-    # --- README's verdict
-    blocks["readme-verdict"] = (
-        f"**Where it stands** (docs/PERFORMANCE.md). In llama.cpp on {n} NVIDIA {s['gpu'].replace('NVIDIA ', '').split()[0]}s "
-        f"({s['date']}, tree {s['tree']}, one run; random weights), `-sm tensor` through tpar prefills Llama-3-8B's shapes "
-        f"{pp[2]:.2f}x (2 GPUs) and {pp[n]:.2f}x ({n} GPUs) as fast as one GPU, and decodes at {r8[2]:.2f}x and {r8[n]:.2f}x "
-        f"(`-sm layer` on 2 GPUs: {t(b, 'layer2-8b', 'tg128') / t(b, 'none-8b', 'tg128'):.2f}x); a model with Llama-3-70B's "
-        f"layer shapes (20 of its 80 layers) decodes {r70[2]:.2f}x and {r70[n]:.2f}x one GPU. So: for a large model, "
-        f"`-sm tensor` with tpar is faster than one GPU and than `-sm layer` for prompt and generation; for an 8B model it "
-        f"is faster for the prompt and slower for generation, where each of a token's 64 AllReduces costs the GPUs a "
-        f"semaphore hop between devices (docs/design/decode-host.md). The host is no longer what bounds decode: with "
-        f"replayed subgraphs it enqueues an 8B token in {tr['host-tpar2-after-8b']['host_enqueue_us'] / 1000:.2f} ms on "
-        f"2 GPUs and {tr[f'host-tpar{n}-after-8b']['host_enqueue_us'] / 1000:.2f} ms on {n} "
-        f"(`-sm none`: {none_enq / 1000:.2f} ms). Against CUDA's `-sm tensor` on the same machine in one run, each "
-        f"over its own one GPU: with NCCL staged through host memory, as tpar must be, CUDA decodes the 8B shapes at "
-        f"{cuda_ratio[('8b', 2)]['nccl-p2p-off']:.2f}x and {cuda_ratio[('8b', n)]['nccl-p2p-off']:.2f}x (tpar "
-        f"{cuda_ratio[('8b', 2)]['tpar']:.2f}x and {cuda_ratio[('8b', n)]['tpar']:.2f}x) and the 70B shapes at "
-        f"{cuda_ratio[('70b20', 2)]['nccl-p2p-off']:.2f}x and {cuda_ratio[('70b20', n)]['nccl-p2p-off']:.2f}x (tpar "
-        f"{cuda_ratio[('70b20', 2)]['tpar']:.2f}x and {cuda_ratio[('70b20', n)]['tpar']:.2f}x); with its own AllReduce, "
-        f"{cuda_ratio[('8b', n)]['internal']:.2f}x and {cuda_ratio[('70b20', n)]['internal']:.2f}x on {n} GPUs.")
-    for name in ("readme-verdict", "readme-allreduce", "decode-host-why", "decode-gpu"):
+    for name in ("readme-allreduce", "decode-host-why", "decode-gpu"):
         blocks[name] = textwrap.fill(blocks[name], width=89, break_on_hyphens=False, break_long_words=False)
     return blocks
 

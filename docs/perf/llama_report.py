@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Renders the llama.cpp figures of today's tree from the raw logs of scripts/gpu-suite.sh,
+so that no figure there is typed by hand:
+
+- README.md's first screen (readme-first): -sm tensor with tpar against one GPU and
+  -sm layer, CUDA's -sm tensor on the same machine in the same session, the server, and
+  the verdict by model size (GLANCE: parts env cuda, then MOVE_TREES=new move; SERVER:
+  part server, the same session);
+- PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE) and its
+  server table (server; SERVER).
+
+    python3 docs/perf/llama_report.py            # rewrites the rendered blocks in place
+    python3 docs/perf/llama_report.py --check    # exits 1 where a rendered block differs
+    python3 docs/perf/llama_report.py --print    # prints the blocks
+
+A block sits between `<!-- rendered: NAME -->` and `<!-- end rendered: NAME -->`. Needs
+nothing beyond Python 3. Exit status: 0 success (--check: the docs match), 1 they differ
+or a log is missing, 2 a usage error.
+"""
+import os
+import re
+import sys
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+RAW = os.path.join(HERE, "raw")
+MOVE = "move-h200x2-d1ea59b.txt"
+GLANCE = "glance-h200x2-d1ea59b.txt"
+SERVER = "server-h200x2-d1ea59b.txt"
+DOCS = ("README.md", "docs/PERFORMANCE.md")
+sys.path.insert(0, HERE)
+import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
+
+MODELS = [("8b", "Llama-3-8B shapes"), ("70b20", "Llama-3-70B shapes, 20 of 80 layers")]
+TYPES = [("q8_0", "Q8_0"), ("q4_k_m", "Q4_K_M")]
+
+
+def trees(text):
+    """(new llama.cpp commit, old llama.cpp commit, old tpar commit) from the move's stamp."""
+    new = re.search(r"^# move: built .*, llama\.cpp ([0-9a-f]+) \+ (\d+) patches", text, re.M)
+    old = re.search(r"^# move: old tree ([0-9a-f]+): llama\.cpp ([0-9a-f]+) \+ (\d+) patches", text, re.M)
+    return {"new": new.group(1), "new_patches": int(new.group(2)), "old": old.group(2), "old_patches": int(old.group(3)),
+            "old_tpar": old.group(1)}
+
+
+def server_rows(text):
+    """{label: (answered, asked, tokens, seconds, t/s)} from the part's summary lines."""
+    out = {}
+    for m in re.finditer(r"^([a-z0-9-]+): (\d+) of (\d+) requests answered, \d+ failed; (\d+) tokens in ([\d.]+) s, "
+                         r"([\d.]+) t/s in all$", text, re.M):
+        out[m.group(1)] = (int(m.group(2)), int(m.group(3)), int(m.group(4)), float(m.group(5)), float(m.group(6)))
+    return out
+
+
+def render_first():
+    """README's first screen and PERFORMANCE's server table, from one session's logs."""
+    text = decode_report.read(GLANCE)
+    st = decode_report.stamp(text)
+    b = decode_report.benches(text)
+    sv_text = decode_report.read(SERVER)
+    sv = server_rows(sv_text)
+    llama = re.search(r"^# built .*, llama\.cpp ([0-9a-f]+) \+ (\d+) patches", text, re.M).group(1)
+    gpu = st["gpu"].replace("NVIDIA ", "")
+    rows, verdicts = [], {}
+    for tag, name in MODELS:
+        tg = "tg128" if tag == "8b" else "tg64"
+        for ty, tyname in TYPES:
+            none = b[f"move-new-none-{tag}-{ty}"]
+            layer = b[f"move-new-layer2-{tag}-{ty}"]
+            tpar = b[f"move-new-tpar2-{tag}-{ty}"]
+            pp, dec, lay = tpar["pp512"][0] / none["pp512"][0], tpar[tg][0] / none[tg][0], layer[tg][0] / none[tg][0]
+            cuda = ""
+            if ty == "q8_0":
+                c1 = b[f"cuda-none-{tag}"][tg][0]
+                cuda = (f"{b[f'cuda2-nccl-p2p-off-{tag}'][tg][0] / c1:.2f}x / {b[f'cuda2-internal-{tag}'][tg][0] / c1:.2f}x")
+            rows.append(f"| {name}, {tyname} | **{pp:.2f}x** | **{dec:.2f}x** | {lay:.2f}x | {cuda} |")
+            verdicts.setdefault(tag, []).append((pp, dec, lay))
+    table = "\n".join(["| model | prefill, pp512 | decode | `-sm layer` decode | CUDA `-sm tensor` decode: NCCL via host memory / CUDA's own AllReduce |",
+                       "|---|---|---|---|---|", *rows])
+    big = verdicts["70b20"]
+    small = verdicts["8b"]
+    first = (f"**Is it faster?** llama.cpp's `-sm tensor` through tpar on {st['n']} NVIDIA {gpu}s ({st['date']}, llama.cpp "
+             f"{llama} with tpar's patches, one run; each column against one GPU of the same API on the same machine; "
+             f"random weights):")
+    sm_tpar, sm_none, sm_layer = sv["tpar-4"], sv["none-4"], sv["layer-4"]
+    server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
+              f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
+              f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes.")
+    c8 = b["cuda2-nccl-p2p-off-8b"]["tg128"][0] / b["cuda-none-8b"]["tg128"][0]
+    c70 = b["cuda2-nccl-p2p-off-70b20"]["tg64"][0] / b["cuda-none-70b20"]["tg64"][0]
+    verdict = (f"**So:** for a large model (the 70B shapes) `-sm tensor` with tpar beats one GPU and `-sm layer` for the "
+               f"prompt ({min(v[0] for v in big):.2f}-{max(v[0] for v in big):.2f}x) and for generation "
+               f"({min(v[1] for v in big):.2f}-{max(v[1] for v in big):.2f}x); for an 8B model it is faster for the prompt "
+               f"({min(v[0] for v in small):.2f}-{max(v[0] for v in small):.2f}x) and for a server of several users, but one "
+               f"stream decodes slower than on one GPU ({min(v[1] for v in small):.2f}-{max(v[1] for v in small):.2f}x): each "
+               f"of a token's 64 AllReduces pays a semaphore hop between the GPUs (docs/design/decode-host.md). CUDA with "
+               f"NCCL staged through host memory, as tpar must be, decodes these Q8_0 models at {c8:.2f}x and {c70:.2f}x of "
+               f"its one GPU on the same machine: tpar is {'at or above' if small[0][1] >= c8 and big[0][1] >= c70 else 'below'} "
+               f"CUDA's ratios ({small[0][1]:.2f}x and {big[0][1]:.2f}x). CUDA was timed on the Q8_0 models only.")
+    blocks = {"readme-first": first + "\n\n" + table + "\n\n" + textwrap.fill(server, width=89, break_on_hyphens=False)
+              + "\n\n" + textwrap.fill(verdict, width=89, break_on_hyphens=False, break_long_words=False)}
+    srows = ["| mode | requests answered | tokens | seconds | t/s in all | against one GPU |", "|---|---|---|---|---|---|"]
+    names = {"none-4": "`-sm none`, one GPU", "layer-4": "`-sm layer`, 2 GPUs", "tpar-4": "`-sm tensor`, tpar",
+             "ggml-4": "`-sm tensor`, ggml's own AllReduce", "tpar-1": "tpar, one slot, f32 wire", "ggml-1": "ggml's AllReduce, one slot"}
+    for label, name in names.items():
+        a, asked, tok, sec, rate = sv[label]
+        rel = f"{rate / sm_none[4]:.2f}x" if label.endswith("-4") else ""
+        srows.append(f"| {name} | {a} of {asked} | {tok} | {sec:.2f} | {rate:.1f} | {rel} |")
+    same = re.search(r"^compare tpar-1 and ggml-1: (\d+) of (\d+) texts the same", sv_text, re.M)
+    sst = decode_report.stamp(sv_text)
+    blocks["server"] = (f"{sst['n']} × {sst['gpu']} (driver {sst['driver']}), {sst['date']}, the same session as the README's "
+                        f"table, `scripts/gpu-suite.sh server`: `llama-server -m <Llama-3-8B shapes, q8_0> -ngl 99 -fa on -c 4096`, "
+                        f"4 slots, two rounds of 8 requests of 128 tokens at once (no grammar, the end-of-text token ignored), "
+                        f"then one slot and three requests in a row; raw: [perf/raw/{SERVER}](perf/raw/{SERVER}).\n\n"
+                        + "\n".join(srows) + f"\n\nOne slot, f32 wire: {same.group(1)} of {same.group(2)} of tpar's texts "
+                        f"equal ggml's own AllReduce's.")
+    return blocks
+
+
+def render():
+    blocks = render_first()
+    blocks.update(render_move())
+    return blocks
+
+
+def render_move():
+    text = decode_report.read(MOVE)
+    st = decode_report.stamp(text)
+    tr = trees(text)
+    b = decode_report.benches(text)
+
+    def v(tree, mode, tag, ty, test):
+        return b[f"move-{tree}-{mode}-{tag}-{ty}"][test][0]
+
+    rows, one_gpu = [], []
+    for tag, name in MODELS:
+        for ty, tyname in TYPES:
+            tg = "tg128" if tag == "8b" else "tg64"
+            for test in ("pp512", tg):
+                cells = []
+                for tree in ("old", "new"):
+                    none = v(tree, "none", tag, ty, test)
+                    layer = v(tree, "layer2", tag, ty, test)
+                    tpar = v(tree, "tpar2", tag, ty, test)
+                    cells.append((none, layer, tpar))
+                (n0, l0, t0), (n1, l1, t1) = cells
+                one_gpu.append((test[:2], n1 / n0))
+                rows.append(f"| {name}, {tyname} | {test} | {n0:.1f} | {n1:.1f} ({n1 / n0 - 1:+.1%}) "
+                            f"| {l0 / n0:.2f}x | {l1 / n1:.2f}x | {t0:.1f} ({t0 / n0:.2f}x) | {t1:.1f} (**{t1 / n1:.2f}x**) |")
+    head = (f"{st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, one run, tpar tree {st['tree']}: llama.cpp "
+            f"{tr['old']} with its {tr['old_patches']} patches (as tpar {tr['old_tpar']} built it) against {tr['new']} with "
+            f"{tr['new_patches']}, each tree's llama-bench on the same models, old and new taking turns model by model; "
+            f"random weights, `llama-bench -fa 1 -p 512 -n 128|64`; raw: [perf/raw/{MOVE}](perf/raw/{MOVE}).")
+    table = "\n".join([
+        "| model | test | one GPU, old (t/s) | one GPU, new | `-sm layer`, 2 GPUs, old | new | tpar `-sm tensor`, 2 GPUs, old | new |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ])
+
+    def mean(xs):
+        return sum(xs) / len(xs)
+    pp = mean([r for k, r in one_gpu if k == "pp"])
+    tg = mean([r for k, r in one_gpu if k == "tg"])
+    worst = max(abs(r - 1) for _, r in one_gpu)
+    same = worst < 0.02
+    note = (f"On one GPU the newer tree runs these models {'at the old speed' if same else 'at another speed'}: prefill "
+            f"{pp - 1:+.1%} and decode {tg - 1:+.1%} on average, no row further than {worst:.1%} from the old. Both trees were "
+            f"built the same way, with Debian 12's glslc, which has no cooperative-matrix or integer-dot extensions: upstream's "
+            f"matrix-core paths are in neither build. Each ratio is against its own tree's one GPU.")
+    return {"move": head + "\n\n" + table + "\n\n" + note}
+
+
+def main():
+    args = sys.argv[1:]
+    if args not in ([], ["--check"], ["--print"]):
+        print("usage: llama_report.py [--check | --print]", file=sys.stderr)
+        return 2
+    try:
+        blocks = render()
+    except (OSError, KeyError, AttributeError, ValueError, IndexError) as e:
+        print(f"llama_report.py: cannot render from the logs: {e!r}", file=sys.stderr)
+        return 1
+    if args == ["--print"]:
+        for name, body in blocks.items():
+            print(f"<!-- rendered: {name} -->\n{body}\n<!-- end rendered: {name} -->\n")
+        return 0
+    bad, missing = 0, set(blocks)
+    for doc in DOCS:
+        path = os.path.join(ROOT, doc)
+        with open(path) as f:
+            text = f.read()
+        found = [name for name in blocks if f"<!-- rendered: {name} -->" in text]
+        missing -= set(found)
+        new = decode_report.apply(text, blocks)
+        if args == ["--check"]:
+            if new != text:
+                print(f"llama_report.py: {doc} differs from its rendering ({', '.join(found)}); "
+                      f"run python3 docs/perf/llama_report.py", file=sys.stderr)
+                bad = 1
+        elif new != text:
+            with open(path, "w") as f:
+                f.write(new)
+            print(f"llama_report.py: rendered {', '.join(found)} into {doc}")
+    if missing:
+        print(f"llama_report.py: no place in the docs for {', '.join(sorted(missing))}", file=sys.stderr)
+        bad = 1
+    if args == ["--check"] and not bad:
+        print("llama_report.py: README.md and PERFORMANCE.md hold what the logs say")
+    return bad
+
+if __name__ == "__main__":
+    sys.exit(main())
