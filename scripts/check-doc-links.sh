@@ -11,6 +11,9 @@
 #   ../... path that leaves the repository or names nothing in it. Other paths are not
 #   checked: build directories (build-gpu/..., ignored by git), paths relative to
 #   include/tpar/ (vk/device_group.hpp), test names (fault/, llama/build);
+# - a link to a section (FILE.md#anchor, or #anchor in the same file) whose anchor no
+#   heading of that file gives (GitHub's rule: lowercase, punctuation but - and _ dropped,
+#   spaces as -, repeats numbered -1, -2);
 # - a raw log named as raw/NAME.txt or perf/raw/NAME.txt that is not under docs/perf/raw/
 #   (NAME-xN.txt stands for the -x2 and -x4 logs);
 # - a Markdown file named bare (DESIGN.md) that no file of the clone is;
@@ -93,6 +96,30 @@ path = re.compile(r"(?<![\w/.~$@:=-])((?:\.\./)*[\w.-]+/[\w./*?-]*)")
 bare_md = re.compile(r"(?<![\w/.~$@:=-])([\w-][\w.-]*\.md)(?![\w/-])")
 sha = re.compile(r"(?<![\w./:@#=-])([0-9a-f]{7,40})(?![\w-])")
 
+_anchors = {}
+
+
+def anchors(rel):
+    """The section anchors GitHub gives a Markdown file's headings (outside code blocks):
+    lowercased, punctuation but '-' and '_' dropped, spaces as '-', repeats numbered."""
+    if rel not in _anchors:
+        seen, out, fence = {}, set(), False
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            for line in f:
+                if line.lstrip().startswith("```"):
+                    fence = not fence
+                    continue
+                m = None if fence else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+                if not m:
+                    continue
+                slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower().replace("`", "")).replace(" ", "-")
+                n = seen.get(slug, 0)
+                seen[slug] = n + 1
+                out.add(slug if n == 0 else f"{slug}-{n}")
+        _anchors[rel] = out
+    return _anchors[rel]
+
+
 problems = []  # (file, line, message)
 hashes = {}  # hash -> [(file, line)]
 for rel in files:
@@ -103,14 +130,16 @@ for rel in files:
         text = url.sub(" ", line)
         report = lambda message: problems.append((rel, no, message))
         for target in link.findall(text):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                continue  # a URL or an anchor in the same file
-            target = target.split("#", 1)[0]
-            resolved = os.path.normpath(os.path.join(here, target))
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            target, _, anchor = target.partition("#")
+            resolved = os.path.normpath(os.path.join(here, target)) if target else rel
             if resolved.startswith(".."):
                 report(f"link {target} points out of the repository")
             elif not exists(resolved):
                 report(f"broken link {target}")
+            elif anchor and resolved.endswith(".md") and resolved in clone and anchor not in anchors(resolved):
+                report(f"link {target}#{anchor}: no such section in {resolved}")
         for name in raw.findall(text):
             names = [name.replace("-xN", "-x2"), name.replace("-xN", "-x4")] if "-xN" in name else [name]
             for n in names:
