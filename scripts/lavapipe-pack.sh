@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs Debian 12's lavapipe (Mesa's CPU Vulkan driver) to run beside another driver on a
 # machine that has none of Mesa's libraries: a GPU machine, for a group of two drivers
-# (docs/gpu-test-runs.md, "A group of two drivers").
+# (docs/design/gpu-test-runs.md, "A group of two drivers").
 #
 #   scripts/lavapipe-pack.sh OUT.tar.xz
 #
