@@ -4,6 +4,10 @@ of scripts/nccl_anchor.py sweep, which the anchor script before it printed the s
 
     python3 docs/perf/report.py            # prints the Markdown tables, writes docs/perf/busbw.svg
     python3 docs/perf/report.py --check    # exits 1 unless docs/PERFORMANCE.md holds these tables
+                                           # and busbw.svg is their drawing
+    python3 docs/perf/report.py --logs DIR # the tables of a new run: DIR holds what
+                                           # scripts/gpu-suite.sh sweep nccl wrote there
+                                           # (sweep-KIND-nN.txt), from any tree and machine
 
 Reads docs/perf/raw/sweep-{nccl,default,link-native,proxy}-SUFFIX.txt, SUFFIX one of KINDS' (the
 logs of the sweeps the tables come from: x2 and x4 on H200s, 2026-11-21; h100x2-c142125 written by
@@ -21,18 +25,19 @@ RAW = os.path.join(HERE, "raw")
 KINDS = {"x2": (2, "x2"), "x4": (4, "x4"), "h100x2": (2, "h100x2-c142125")}
 
 
-def nccl(kind):
+def nccl(kind, where=RAW):
     out = {}
-    for line in open(os.path.join(RAW, f"sweep-nccl-{KINDS[kind][1]}.txt")):
+    suffix = KINDS[kind][1] if kind in KINDS else kind
+    for line in open(os.path.join(where, f"sweep-nccl-{suffix}.txt")):
         m = re.match(r"(\S+) n=(\d+) bytes=\s*(\d+) time_us=\s*([\d.]+) algbw=\s*([\d.]+) busbw=\s*([\d.]+)", line)
         if m:
             out[(m.group(1), int(m.group(3)))] = (float(m.group(4)), float(m.group(6)))
     return out
 
 
-def bench(name):
+def bench(name, where=RAW):
     rows = []
-    for line in open(os.path.join(RAW, name)):
+    for line in open(os.path.join(where, name)):
         if line.startswith("#") or not line.strip():
             continue
         f = line.split()
@@ -129,15 +134,18 @@ def human(b):
     return f"{b} B"
 
 
-def table(kind):
-    n, suffix = KINDS[kind]
-    nc = nccl(kind)
-    auto = {r["bytes"]: r for r in bench(f"sweep-default-{suffix}.txt")}
-    native = bench(f"sweep-link-native-{suffix}.txt")
+def table(kind, where=RAW, n=None):
+    if kind in KINDS:
+        n, suffix = KINDS[kind]
+    else:
+        suffix = kind  # a gpu-suite.sh run's own names: nN
+    nc = nccl(kind, where)
+    auto = {r["bytes"]: r for r in bench(f"sweep-default-{suffix}.txt", where)}
+    native = bench(f"sweep-link-native-{suffix}.txt", where)
     by = lambda wire: {r["bytes"]: r for r in native if r["wire"] == wire}
     f32, bf16 = by("f32"), by("bf16")
     proxy = {}
-    for r in bench(f"sweep-proxy-{suffix}.txt"):  # the default wire (older logs: every wire; bf16 kept)
+    for r in bench(f"sweep-proxy-{suffix}.txt", where):  # the default wire (older logs: every wire; bf16 kept)
         if r["bytes"] not in proxy or r["wire"] == "bf16":
             proxy[r["bytes"]] = r
     lines = [f"| bytes | NCCL P2P off: us / busbw | tpar, runtime's choice: algo, wire, us / busbw (x NCCL) | tpar f32 NativeImport: us / busbw (eff) | tpar bf16 NativeImport: us / busbw (eff) | tpar ProxyBridge: us | NCCL NVLink busbw |",
@@ -158,7 +166,7 @@ def table(kind):
     return f"n = {n}\n\n" + "\n".join(lines)
 
 
-def svg():
+def svg(write=True):
     W, H, L, R, T, B = 760, 420, 70, 190, 30, 50
     series = []
     colors = {"x2": ("#1f77b4", "#aec7e8"), "x4": ("#d62728", "#ff9896")}
@@ -193,7 +201,10 @@ def svg():
         out.append(f'<line x1="{W - R + 15}" y1="{ly}" x2="{W - R + 45}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/>')
         out.append(f'<text x="{W - R + 50}" y="{ly + 4}">{name}</text>')
     out.append("</svg>")
-    open(os.path.join(HERE, "busbw.svg"), "w").write("\n".join(out) + "\n")
+    text = "\n".join(out) + "\n"
+    if write:
+        open(os.path.join(HERE, "busbw.svg"), "w").write(text)
+    return text
 
 
 def check():
@@ -207,14 +218,37 @@ def check():
         missing.append("the paragraph under the NCCL chain table:\n" + chain_note())
     for line in missing:
         print(f"report.py: not in docs/PERFORMANCE.md: {line}", file=sys.stderr)
+    drawn = open(os.path.join(HERE, "busbw.svg")).read()
+    if drawn != svg(write=False):
+        print("report.py: docs/perf/busbw.svg is not the drawing of the logs; run python3 docs/perf/report.py",
+              file=sys.stderr)
+        return 1
     return 1 if missing else 0
+
+
+def from_logs(where):
+    """The tables of one gpu-suite.sh run, read under the names it writes."""
+    ns = sorted(int(m.group(1)) for f in os.listdir(where) for m in [re.match(r"sweep-default-n(\d+)\.txt$", f)] if m)
+    if not ns:
+        print(f"report.py: no sweep-default-nN.txt in {where} (scripts/gpu-suite.sh sweep writes them)", file=sys.stderr)
+        return 1
+    for n in ns:
+        try:
+            print(table(f"n{n}", where, n))
+        except OSError as e:
+            print(f"report.py: n={n}: {e} (parts sweep and nccl write the four logs)", file=sys.stderr)
+            return 1
+        print()
+    return 0
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--check"]:
         sys.exit(check())
+    if len(sys.argv) == 3 and sys.argv[1] == "--logs":
+        sys.exit(from_logs(sys.argv[2]))
     if sys.argv[1:]:
-        print("usage: report.py [--check]", file=sys.stderr)
+        print("usage: report.py [--check | --logs DIR]", file=sys.stderr)
         sys.exit(2)
     for kind in KINDS:
         print(table(kind))
