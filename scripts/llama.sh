@@ -181,7 +181,7 @@ apply_to_source() {
       return 0
     fi
     echo "llama.sh: $source already holds a tpar change to ggml (GGML_VULKAN_TPAR in ggml/CMakeLists.txt), but not this series:" >&2
-    echo "llama.sh: $(basename "${patches[$i]}") does not reverse. Restore the files first (git -C $source checkout -- ggml) and run again; nothing was changed" >&2
+    echo "llama.sh: $(basename "${patches[$i]}") does not reverse. Put ggml's files back to upstream's first (another tpar series, or your own change?) and run again; nothing was changed" >&2
     exit 1
   fi
 
@@ -204,8 +204,14 @@ apply_to_source() {
     echo "llama.sh: the series is made against llama.cpp $llama_commit (third_party/README.md)" >&2
     exit 1
   fi
-  local changed=()
+  local changed=() before="$build_dir/source-before"
   mapfile -t changed < <("${g[@]}" diff --name-only "$user_commit" HEAD)
+  # the files as they were, kept to undo with (a git checkout would also drop the user's
+  # own uncommitted changes to them, which the 3-way merge kept)
+  rm -rf "$before" && mkdir -p "$before"
+  for f in "${changed[@]}"; do
+    mkdir -p "$before/$(dirname "$f")" && cp -p "$source/$f" "$before/$f"
+  done
   for f in "${changed[@]}"; do
     cp "$scratch/repo/$f" "$source/$f.tpar-new" && mv "$source/$f.tpar-new" "$source/$f"
   done
@@ -213,9 +219,7 @@ apply_to_source() {
   merged=$(awk '/^Applying: / { p = substr($0, 11) } /^Using index info to reconstruct a base tree/ { printf "%s\"%s\"", n++ ? ", " : "", p }' "$scratch/am.log")
   [[ -z "$merged" ]] || say "merged 3-way (the text around them differs from $llama_commit): $merged"
   say "applied; changed in $source: ${changed[*]}"
-  if git -C "$source" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
-    say "to undo: git -C $source checkout -- ${changed[*]}"
-  fi
+  say "to undo: cp -r $before/. $source/ (the files as they were)"
 }
 
 # Applies the series (to the pinned tree, or to --source), then builds the programs.

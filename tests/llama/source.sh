@@ -2,7 +2,8 @@
 # scripts/llama.sh --source DIR --patch-only, as a user with a llama.cpp checkout of their
 # own runs it: on a clean copy of the pinned tree (every patch applies; the files are
 # those that patch -p1 gives the pinned tree; a second run finds the series there and
-# changes nothing), on one with a local change near a patch (applies by a 3-way merge,
+# changes nothing; the undo the first run printed gives the files back as they were), on
+# one with a local change near a patch (applies by a 3-way merge,
 # which the run names, keeping the change), and on one with a local change where a patch
 # changes the same lines (exit 1, the patch named, nothing in the checkout changed).
 #   source.sh WORK
@@ -27,17 +28,24 @@ echo "== the pinned tree, clean"
 fresh reference
 for p in "$root"/integrations/llama.cpp/patches/*.patch; do patch -d "$work/reference/llama.cpp" -p1 --batch --quiet < "$p"; done
 fresh clean
+pristine=$(sums "$work/clean/llama.cpp")
 llama "$work/clean/llama.cpp"
 [[ $rc -eq 0 ]] || fail "llama.sh --source on the pinned tree exited $rc"
 diff -r "$work/reference/llama.cpp" "$work/clean/llama.cpp" > "$work/diff" ||
   { head -20 "$work/diff"; fail "the patched checkout differs from the pinned tree with patch -p1"; }
 ! grep -q "merged 3-way" "$work/out" || fail "a 3-way merge on the tree the series is made against"
+cp "$work/out" "$work/first-run"
 before=$(sums "$work/clean/llama.cpp")
 echo "== the same checkout again"
 llama "$work/clean/llama.cpp"
 [[ $rc -eq 0 ]] || fail "the second run exited $rc"
 grep -q "already applied" "$work/out" || fail "the second run did not find the series applied"
 [[ "$(sums "$work/clean/llama.cpp")" == "$before" ]] || fail "the second run changed the checkout"
+echo "== undone as the first run said"
+undo=$(sed -nE 's/.*to undo: (cp -r [^ ]+ [^ ]+) .*/\1/p' "$work/first-run" | head -1)
+[[ -n "$undo" ]] || fail "the first run said no way to undo"
+$undo
+[[ "$(sums "$work/clean/llama.cpp")" == "$pristine" ]] || fail "'$undo' did not give back the files as they were"
 
 echo "== a local change two lines from patch 0007's"
 fresh near
