@@ -367,6 +367,32 @@ def apply(text, blocks):
     return text
 
 
+def place(blocks, docs, check, tool):
+    """Puts each rendered block into its place in the docs (or, with check, reports where
+    a doc differs from its rendering); 1 where one differs or a block has no place."""
+    bad, missing = 0, set(blocks)
+    for doc in docs:
+        path = os.path.join(ROOT, doc)
+        with open(path) as f:
+            text = f.read()
+        found = [name for name in blocks if f"<!-- rendered: {name} -->" in text]
+        missing -= set(found)
+        new = apply(text, blocks)
+        if check:
+            if new != text:
+                print(f"{tool}: {doc} differs from its rendering ({', '.join(found)}); run python3 docs/perf/{tool}",
+                      file=sys.stderr)
+                bad = 1
+        elif new != text:
+            with open(path, "w") as f:
+                f.write(new)
+            print(f"{tool}: rendered {', '.join(found)} into {doc}")
+    if missing:
+        print(f"{tool}: no place in the docs for {', '.join(sorted(missing))}", file=sys.stderr)
+        bad = 1
+    return bad
+
+
 def main():
     args = sys.argv[1:]
     if args not in ([], ["--check"], ["--print"]):
@@ -392,26 +418,7 @@ def main():
         with open(svg_path, "w") as f:
             f.write(svg)
         print(f"decode_report.py: drew docs/perf/{SVG}")
-    missing = set(blocks)
-    for doc in ("docs/PERFORMANCE.md", "README.md"):
-        path = os.path.join(ROOT, doc)
-        with open(path) as f:
-            text = f.read()
-        found = [name for name in blocks if f"<!-- rendered: {name} -->" in text]
-        missing -= set(found)
-        new = apply(text, blocks)
-        if args == ["--check"]:
-            if new != text:
-                print(f"decode_report.py: {doc} differs from its rendering ({', '.join(found)}); "
-                      f"run python3 docs/perf/decode_report.py", file=sys.stderr)
-                bad = 1
-        elif new != text:
-            with open(path, "w") as f:
-                f.write(new)
-            print(f"decode_report.py: rendered {', '.join(found)} into {doc}")
-    if missing:
-        print(f"decode_report.py: no place in the docs for {', '.join(sorted(missing))}", file=sys.stderr)
-        bad = 1
+    bad = place(blocks, ("docs/PERFORMANCE.md", "README.md"), args == ["--check"], "decode_report.py") or bad
     if args == ["--check"] and not bad:
         print("decode_report.py: PERFORMANCE.md, README.md and the timeline hold what the logs say")
     return bad

@@ -185,26 +185,7 @@ def main():
         for name, body in blocks.items():
             print(f"<!-- rendered: {name} -->\n{body}\n<!-- end rendered: {name} -->\n")
         return 0
-    bad, missing = 0, set(blocks)
-    for doc in DOCS:
-        path = os.path.join(ROOT, doc)
-        with open(path) as f:
-            text = f.read()
-        found = [name for name in blocks if f"<!-- rendered: {name} -->" in text]
-        missing -= set(found)
-        new = decode_report.apply(text, blocks)
-        if args == ["--check"]:
-            if new != text:
-                print(f"llama_report.py: {doc} differs from its rendering ({', '.join(found)}); "
-                      f"run python3 docs/perf/llama_report.py", file=sys.stderr)
-                bad = 1
-        elif new != text:
-            with open(path, "w") as f:
-                f.write(new)
-            print(f"llama_report.py: rendered {', '.join(found)} into {doc}")
-    if missing:
-        print(f"llama_report.py: no place in the docs for {', '.join(sorted(missing))}", file=sys.stderr)
-        bad = 1
+    bad = decode_report.place(blocks, DOCS, args == ["--check"], "llama_report.py")
     if args == ["--check"] and not bad:
         print("llama_report.py: README.md and PERFORMANCE.md hold what the logs say")
     return bad
