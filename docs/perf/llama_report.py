@@ -3,9 +3,9 @@
 so that no figure there is typed by hand:
 
 - README.md's first screen (readme-first): -sm tensor with tpar against one GPU and
-  -sm layer, CUDA's -sm tensor on the same machine in the same session, the server, and
+  -sm layer, CUDA's -sm tensor in the same run on the same machine, the server, and
   the verdict by model size (GLANCE: parts env cuda, then MOVE_TREES=new move; SERVER:
-  part server, the same session);
+  part server, the same run on the same machine);
 - PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE) and its
   server table (server; SERVER).
 
@@ -54,7 +54,7 @@ def server_rows(text):
 
 
 def render_first():
-    """README's first screen and PERFORMANCE's server table, from one session's logs."""
+    """README's first screen and PERFORMANCE's server table, from one run's logs (one machine, three commands back to back)."""
     text = decode_report.read(GLANCE)
     st = decode_report.stamp(text)
     b = decode_report.benches(text)
@@ -109,7 +109,7 @@ def render_first():
         srows.append(f"| {name} | {a} of {asked} | {tok} | {sec:.2f} | {rate:.1f} | {rel} |")
     same = re.search(r"^compare tpar-1 and ggml-1: (\d+) of (\d+) texts the same", sv_text, re.M)
     sst = decode_report.stamp(sv_text)
-    blocks["server"] = (f"{sst['n']} × {sst['gpu']} (driver {sst['driver']}), {sst['date']}, the same session as the README's "
+    blocks["server"] = (f"{sst['n']} × {sst['gpu']} (driver {sst['driver']}), {sst['date']}, the same run and machine as the README's "
                         f"table, `scripts/gpu-suite.sh server`: `llama-server -m <Llama-3-8B shapes, q8_0> -ngl 99 -fa on -c 4096`, "
                         f"4 slots, two rounds of 8 requests of 128 tokens at once (no grammar, the end-of-text token ignored), "
                         f"then one slot and three requests in a row; raw: [perf/raw/{SERVER}](perf/raw/{SERVER}).\n\n"
