@@ -503,6 +503,7 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
       if (cfg.relay_max) options.relay_max_bytes = cfg.relay_max;
       else if (cfg.relay_peers) options.relay_max_bytes = std::max(options.relay_max_bytes, largest);
       options.relay_host_peers = cfg.relay_peers;
+      options.relay_scalar_sum = cfg.relay_scalar_sum;
       if (cfg.wires.size() == 1 && cfg.wires[0]) options.wire = cfg.wires[0];
       auto comm = tpar::make_communicator(group, options);
       for (Wiring w : cfg.chain_wirings) {

@@ -59,6 +59,7 @@ struct Config {
   bool inject_fault = false;  // --soak: corrupt two values after the first round's calls
   bool dry_run = false;
   std::size_t relay_max = 0;        // --relay-max: Options::relay_max_bytes (0: tpar's default)
+  bool relay_scalar_sum = false;    // --relay-sum scalar: Options::relay_scalar_sum
   std::uint32_t relay_peers = 0;    // --relay-peers: the relay's floor, one device and K host-played peers
   tpar::GroupOptions group;
   bool explicit_devices = false;
@@ -130,6 +131,8 @@ inline void print_help() {
       "  --profile-out PREFIX  also write every batch to PREFIX-<bytes>-<wire>-<algo>.csv\n"
       "  --relay-max SIZE      the largest payload the relay takes (Options::relay_max_bytes,\n"
       "                        default 64K); with --algo relay, larger calls go as auto\n"
+      "  --relay-sum MODE      how the relay's host thread sums: vector (default) or scalar\n"
+      "                        (one value a step, to compare; Options::relay_scalar_sum)\n"
       "Other modes (instead of the table):\n"
       "  --link-only           only measure the host-staging bandwidth (--link-bytes,\n"
       "                        --link-window, --json)\n"
@@ -199,14 +202,14 @@ inline void check_mode_flags(const Config& c) {
   };
   const Mode modes[] = {
       {"--chain", {"--min-bytes", "--max-bytes", "--factor", "--sizes", "--iters", "--warmup", "--repeat", "--wire", "--algo",
-                   "--sync", "--depth", "--relay-max", "--relay-peers", "--chain-work", "--chain-wiring", "--csv", "--json"}},
+                   "--sync", "--depth", "--relay-max", "--relay-sum", "--relay-peers", "--chain-work", "--chain-wiring", "--csv", "--json"}},
       {"--link-only", {"--link-bytes", "--link-window", "--json"}},
       {"--wake", {"--iters"}},
       {"--submit-cost", {"--iters"}},
       {"--soak", {"--min-bytes", "--max-bytes", "--sizes", "--wire", "--algo", "--sync", "--defer", "--depth",
                   "--piece-bytes", "--lanes", "--max-pieces", "--downloads", "--seed", "--inject-fault", "--soak-timeout"}},
       {"--relay-peers", {"--min-bytes", "--max-bytes", "--factor", "--sizes", "--iters", "--warmup", "--repeat", "--defer",
-                         "--depth", "--relay-max", "--profile", "--profile-out", "--csv", "--json"}},
+                         "--depth", "--relay-max", "--relay-sum", "--profile", "--profile-out", "--csv", "--json"}},
   };
   const std::vector<std::string_view> everywhere = {"--quiet", "--dry-run"};
   const Mode* chosen = nullptr;
@@ -358,6 +361,10 @@ inline Config parse(int argc, char** argv) {
     } else if (a == "--relay-max") {
       c.relay_max = parse_payload(a, value());
       if (c.relay_max > (std::size_t{64} << 20)) tpar_cli::usage_error(program, "--relay-max takes at most 64M");
+    } else if (a == "--relay-sum") {
+      const std::string v(value());
+      if (v != "vector" && v != "scalar") tpar_cli::usage_error(program, "--relay-sum takes vector or scalar");
+      c.relay_scalar_sum = v == "scalar";
     } else if (a == "--relay-peers") {
       c.relay_peers = tpar_cli::parse_number<std::uint32_t>(program, a, value());
       if (c.relay_peers < 1 || c.relay_peers > 31) tpar_cli::usage_error(program, "--relay-peers takes 1 to 31");

@@ -91,6 +91,7 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
     if (cfg.relay_max) options.relay_max_bytes = cfg.relay_max;
     else if (cfg.relay_peers) options.relay_max_bytes = std::max(options.relay_max_bytes, largest);
     options.relay_host_peers = cfg.relay_peers;
+    options.relay_scalar_sum = cfg.relay_scalar_sum;
     auto comm = tpar::make_communicator(group, options);
     // With host-played peers no cross-device sync runs: the relay's thread is the peer.
     const std::string sync_name = cfg.relay_peers ? std::string("host-played") : std::string(to_string(comm.sync_kind()));

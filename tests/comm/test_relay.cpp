@@ -439,55 +439,103 @@ struct HubRig {
 
 }  // namespace
 
+TEST_CASE("relay sum: the vector loop equals the one-value loop bit for bit, and stops at the first unit not yet stamped") {
+  // Values of every kind the flush and the add treat apart: zeros of both signs,
+  // subnormals, the smallest normals, sums that fall below them, infinities, NaN.
+  const std::uint32_t specials[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x00800000u, 0x80800000u,
+                                    0x00800001u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x3F800000u, 0xBF800000u};
+  std::mt19937 rng(11);
+  const std::uint32_t stamp = 0xA5A5A5A5u;
+  INFO("path: ", detail::relay_accumulate_path());
+  for (std::size_t m : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{7}, std::size_t{8}, std::size_t{9},
+                        std::size_t{31}, std::size_t{2048}}) {
+    CAPTURE(m);
+    // Three devices' units, 64-byte aligned as the publish areas are, each value random
+    // bits or a special.
+    std::vector<std::vector<std::uint64_t>> units(3);
+    for (auto& u : units) {
+      u.resize(m + 8);
+      for (std::size_t i = 0; i < m; ++i) {
+        const std::uint32_t bits = rng() % 3 == 0 ? specials[rng() % std::size(specials)] : static_cast<std::uint32_t>(rng());
+        u[i] = (std::uint64_t{stamp} << 32) | bits;
+      }
+    }
+    std::vector<float> vec(m), one(m);
+    for (std::size_t d = 0; d < 3; ++d) {
+      CHECK(detail::relay_accumulate(units[d].data(), m, stamp, vec.data(), d == 0) == m);
+      CHECK(detail::relay_accumulate(units[d].data(), m, stamp, one.data(), d == 0, true) == m);
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      CAPTURE(i);
+      REQUIRE(std::bit_cast<std::uint32_t>(vec[i]) == std::bit_cast<std::uint32_t>(one[i]));
+    }
+    // A unit with an older stamp: everything before it is added, nothing from it on.
+    for (std::size_t late : {std::size_t{0}, m / 2, m - 1}) {
+      CAPTURE(late);
+      auto u = units[1];
+      u[late] = (std::uint64_t{stamp - 1} << 32) | 0x3F800000u;
+      std::vector<float> acc(m, -7.0f), expect = acc;
+      for (std::size_t i = 0; i < late; ++i)
+        expect[i] = detail::flush_subnormal(std::bit_cast<float>(static_cast<std::uint32_t>(u[i])));
+      CHECK(detail::relay_accumulate(u.data(), m, stamp, acc.data(), true) == late);
+      for (std::size_t i = 0; i < m; ++i) CHECK(std::bit_cast<std::uint32_t>(acc[i]) == std::bit_cast<std::uint32_t>(expect[i]));
+    }
+  }
+}
+
 TEST_CASE("relay hub: sums in device order as values arrive, for every contribution pattern, and releases queues") {
   detail::RelayHub::Config c;
   c.depth = 2;
   c.max_bytes = 64 << 10;
   c.queue_waits = 0b010;  // device 1 waits at its queue
-  HubRig r(3, c);
-  if (!r.env.ok()) return;
-  const vk::Semaphore release = r.hub->release(1);
-  REQUIRE(release);
-  CHECK_FALSE(r.hub->release(0));
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);
-  int call = 0;
-  for (std::uint32_t contributing : {0b111u, 0b101u, 0b010u, 0u})
-    for (std::size_t count : {std::size_t{1}, std::size_t{2049}, std::size_t{16384}}) {
-      CAPTURE(contributing);
-      CAPTURE(count);
-      const auto parity = static_cast<std::uint32_t>(call++ % 2);
-      std::vector<std::vector<float>> x(3, std::vector<float>(count));
-      for (auto& v : x)
-        for (auto& e : v) e = dist(rng);
-      const std::uint64_t seq = r.hub->record(parity, count, contributing);
-      const auto stamp = static_cast<std::uint32_t>(seq);
-      for (std::size_t d = 0; d < 3; ++d) CHECK(r.hub->slot_words(d, parity)[layout::seq] == stamp);
-      r.hub->submitted(seq);
-      // The devices arrive one after another, in pieces, while the thread waits.
-      std::thread devices([&] {
-        for (std::size_t d : {2, 0, 1}) {
-          if ((contributing >> d) & 1u) {
-            r.publish(d, parity, x[d], stamp, count / 2);
-            std::this_thread::sleep_for(2ms);
-            r.publish(d, parity, x[d], stamp, 0, count / 2);
-          } else {
-            r.arrive(d, parity, stamp);
+  for (const bool scalar : {false, true}) {
+    CAPTURE(scalar);
+    c.scalar_sum = scalar;
+    HubRig r(3, c);
+    if (!r.env.ok()) return;
+    const vk::Semaphore release = r.hub->release(1);
+    REQUIRE(release);
+    CHECK_FALSE(r.hub->release(0));
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);
+    int call = 0;
+    for (std::uint32_t contributing : {0b111u, 0b101u, 0b010u, 0u})
+      for (std::size_t count : {std::size_t{1}, std::size_t{2049}, std::size_t{16384}}) {
+        CAPTURE(contributing);
+        CAPTURE(count);
+        const auto parity = static_cast<std::uint32_t>(call++ % 2);
+        std::vector<std::vector<float>> x(3, std::vector<float>(count));
+        for (auto& v : x)
+          for (auto& e : v) e = dist(rng);
+        const std::uint64_t seq = r.hub->record(parity, count, contributing);
+        const auto stamp = static_cast<std::uint32_t>(seq);
+        for (std::size_t d = 0; d < 3; ++d) CHECK(r.hub->slot_words(d, parity)[layout::seq] == stamp);
+        r.hub->submitted(seq);
+        // The devices arrive one after another, in pieces, while the thread waits.
+        std::thread devices([&] {
+          for (std::size_t d : {2, 0, 1}) {
+            if ((contributing >> d) & 1u) {
+              r.publish(d, parity, x[d], stamp, count / 2);
+              std::this_thread::sleep_for(2ms);
+              r.publish(d, parity, x[d], stamp, 0, count / 2);
+            } else {
+              r.arrive(d, parity, stamp);
+            }
           }
-        }
-      });
-      REQUIRE(r.served(parity, stamp));
-      devices.join();
-      CHECK(r.sum_is(parity, relay_sum(x, contributing)));
-      // The queue is released after the flags are written: soon after.
-      std::uint64_t released = 0;
-      CHECK(eventually([&] {
-        return r.env.group()[1].handle().getSemaphoreCounterValue(release, &released) == vk::Result::eSuccess && released >= seq;
-      }));
-      CHECK(released == seq);
-    }
-  CHECK(eventually([&] { return r.hub->stats().calls == 12; }));
-  CHECK(r.failed() == 0);
+        });
+        REQUIRE(r.served(parity, stamp));
+        devices.join();
+        CHECK(r.sum_is(parity, relay_sum(x, contributing)));
+        // The queue is released after the flags are written: soon after.
+        std::uint64_t released = 0;
+        CHECK(eventually([&] {
+          return r.env.group()[1].handle().getSemaphoreCounterValue(release, &released) == vk::Result::eSuccess && released >= seq;
+        }));
+        CHECK(released == seq);
+      }
+    CHECK(eventually([&] { return r.hub->stats().calls == 12; }));
+    CHECK(r.failed() == 0);
+  }
 }
 
 TEST_CASE("relay hub: host-played peers join the sum after the devices") {

@@ -82,6 +82,11 @@ struct Options {
   // call, so that one real device forms a relay of 1 + relay_host_peers. Every call up to
   // relay_max_bytes then takes the relay.
   std::uint32_t relay_host_peers = 0;
+  // How the relay's host thread reads and sums the published values: vector (4 or 8
+  // values a step, AVX2 where the CPU has it; the default) or scalar (one value a step,
+  // the loop of before, kept to compare: tpar-bench, tests). The sums are bit-identical.
+  // TPAR_RELAY_SUM=vector|scalar.
+  bool relay_scalar_sum = false;
   // Wire: a fixed format, or (nullopt) f32 below bf16_min_bytes of payload and bf16 from it.
   std::optional<Wire> wire;
   std::size_t bf16_min_bytes = std::size_t{1} << 20;
@@ -185,6 +190,12 @@ inline Options Options::with_environment() const {
         detail::bad_env("TPAR_DEPTH", s, "auto, or 1 to " + std::to_string(max_depth));
       o.depth = static_cast<std::uint32_t>(d);
     }
+  }
+  if (const char* v = detail::env_value("TPAR_RELAY_SUM")) {
+    const std::string_view s(v);
+    if (s == "vector") o.relay_scalar_sum = false;
+    else if (s == "scalar") o.relay_scalar_sum = true;
+    else detail::bad_env("TPAR_RELAY_SUM", s, "vector, scalar");
   }
   if (const char* v = detail::env_value("TPAR_WIRE")) {
     const std::string_view s(v);

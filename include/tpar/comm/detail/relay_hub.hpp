@@ -19,6 +19,7 @@
 #pragma once
 
 #include <tpar/algo/relay.hpp>
+#include <tpar/comm/detail/relay_sum.hpp>
 #include <tpar/core/log.hpp>
 #include <tpar/staging/host_import.hpp>
 #include <tpar/detail/align.hpp>
@@ -77,11 +78,6 @@ inline void relay_store_fence() {
 // relay_store_fence() around it.
 inline void relay_store_word(std::uint32_t* word, std::uint32_t value) {
   std::atomic_ref<std::uint32_t>(*word).store(value, std::memory_order_relaxed);
-}
-
-// One published unit (a value and its stamp) in one 8-byte load.
-inline std::uint64_t relay_load_unit(const std::uint64_t* unit) {
-  return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(unit)).load(std::memory_order_relaxed);
 }
 
 inline void relay_cpu_relax() {
@@ -156,6 +152,7 @@ class RelayHub {
     std::chrono::nanoseconds timeout{std::chrono::seconds(10)};
     std::uint32_t queue_waits = 0;         // bit d: device d's queue waits on release(d)
     std::uint64_t first_sequence = 1;      // tests start near a stamp wrap
+    bool scalar_sum = false;               // Options::relay_scalar_sum
   };
 
   struct Stats {
@@ -190,6 +187,9 @@ class RelayHub {
       peers_[p].resize(max_count);
       for (std::size_t i = 0; i < max_count; ++i) peers_[p][i] = relay_host_peer_value(p, i);
     }
+    log(LogLevel::info, std::string("relay: the host thread sums ") +
+                            (config_.scalar_sum ? "one value a step (TPAR_RELAY_SUM=scalar)" : "with ") +
+                            (config_.scalar_sum ? "" : relay_accumulate_path()));
     thread_ = std::thread([this] { run(); });
   }
 
@@ -398,8 +398,7 @@ class RelayHub {
   // One call: false (and why) when its values did not all come in time.
   bool serve(const Call& c, std::chrono::steady_clock::time_point deadline, std::string& why) {
     constexpr std::size_t chunk = 2048;
-    float acc[chunk];
-    float values[chunk];
+    alignas(64) float acc[chunk];
     Backoff backoff;
     auto arrived = c.handed;  // every device's first chunk seen (set below; a call of no values has none)
     const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
@@ -417,34 +416,34 @@ class RelayHub {
     for (std::size_t base = 0; base < c.count; base += chunk) {
       const std::size_t m = std::min(chunk, c.count - base);
       bool first = true;
-      // One contribution into acc, subnormals flushed as the kernels flush them (wire_codec.hpp).
+      for (std::size_t d = 0; d < n_; ++d) {
+        if (!contributes(d)) continue;
+        // One pass: the values that carry the call's stamp go into acc; at the first that
+        // does not yet, wait for it and go on from there (a value a device wrote stays
+        // until its next call, which needs this one's sum). relay_sum.hpp says why the
+        // loads need no other ordering.
+        const std::uint64_t* units = publish_units(d, c.parity) + base;
+        std::size_t i = relay_accumulate(units, m, c.stamp, acc, first, config_.scalar_sum);
+        while (i < m) {
+          if (static_cast<std::uint32_t>(relay_load_unit(units + i) >> 32) != c.stamp) {
+            if (!backoff.step(deadline, quit_)) {
+              why = "device " + std::to_string(d) + " did not publish value " + std::to_string(base + i) + " of " +
+                    std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
+              return false;
+            }
+            continue;
+          }
+          backoff.progress();
+          i += relay_accumulate(units + i, m - i, c.stamp, acc + i, first, config_.scalar_sum);
+        }
+        first = false;
+      }
+      // The host-played peers (tpar-bench, tests): one contribution each, flushed as the
+      // kernels flush subnormals (wire_codec.hpp).
       const auto add = [&](const float* x) {
         for (std::size_t i = 0; i < m; ++i) acc[i] = first ? flush_subnormal(x[i]) : add_flushed(acc[i], x[i]);
         first = false;
       };
-      for (std::size_t d = 0; d < n_; ++d) {
-        if (!contributes(d)) continue;
-        // One pass: each value is read until it carries the call's stamp, then kept (a
-        // value a device wrote stays until its next call, which needs this one's sum).
-        const std::uint64_t* units = publish_units(d, c.parity) + base;
-        for (std::size_t i = 0; i < m; ++i) {
-          std::uint64_t u = relay_load_unit(units + i);
-          if (static_cast<std::uint32_t>(u >> 32) != c.stamp) {
-            do {
-              if (!backoff.step(deadline, quit_)) {
-                why = "device " + std::to_string(d) + " did not publish value " + std::to_string(base + i) + " of " +
-                      std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
-                return false;
-              }
-              u = relay_load_unit(units + i);
-            } while (static_cast<std::uint32_t>(u >> 32) != c.stamp);
-            backoff.progress();
-          }
-          values[i] = std::bit_cast<float>(static_cast<std::uint32_t>(u));
-        }
-        // Each value came in one 8-byte load with its stamp: nothing else needs ordering.
-        add(values);
-      }
       for (const auto& peer : peers_) add(peer.data() + base);
       if (first) std::fill_n(acc, m, 0.0f);
       if (base == 0) arrived = std::chrono::steady_clock::now();
@@ -558,6 +557,7 @@ struct RelaySetup {
     r.config.host_peers = options.relay_host_peers;
     r.config.timeout = options.timeout;
     r.config.queue_waits = r.gate.queue_waits;
+    r.config.scalar_sum = options.relay_scalar_sum;
     return r;
   }
 
