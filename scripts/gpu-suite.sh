@@ -37,6 +37,16 @@
 #             and q4_k_m; old and new taking turns, model by model (MOVE_MODELS=8b or
 #             70b20 runs one of the two, to split the part over two commands;
 #             MOVE_TREES=new times the bundle's tree alone, without bin-old)
+#   decode    a token's AllReduce boundary, each decode path side by side in one run: the
+#             chain (tpar-bench --chain 64, 58 MiB of weights a step, wiring streams) at
+#             4/16/64 KiB with OneShot, the relay and the relay summing one value a step;
+#             then llama-bench decode with -sm none on one GPU and -sm tensor with tpar
+#             on 2 (the automatic choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay): Llama-3-8B's
+#             shapes q8_0 and Q4_K_M (tg128, and -d 8192 -n 128), 70B's with 20 layers
+#             (tg64) and the 32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
+#             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
+#             chain out, DECODE_TRACE=1 adds a 2-GPU 8B token's trace, host-only and with
+#             GPU stamps, for OneShot and the relay (traces-decode.tar.xz)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
 #             before, after and with the threads, on 2 and all GPUs
@@ -95,7 +105,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|cases|sweep|nccl|chain|llama|move|tiny|trace|mixed|relay-probe|cuda|server) parts+=("$1"); shift ;;
+    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -530,6 +540,53 @@ run_relay_probe() {
   ) || true
 }
 
+# The decode paths side by side (part decode): ARGS for llama-bench, then the model.
+decode_rows() {  # TAG MODEL ARGS
+  bench "none-$1" "$2" 1 none "$3"
+  bench "tpar2-auto-$1" "$2" 2 tensor "$3"
+  bench "tpar2-oneshot-$1" "$2" 2 tensor "$3" TPAR_ALGO=oneshot
+  bench "tpar2-relay-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay
+}
+
+run_decode() {
+  say "part decode"
+  if [[ ${DECODE_CHAIN:-1} != 0 ]]; then
+    local how
+    for how in "oneshot" "relay" "relay --relay-sum scalar"; do
+      echo "## tpar-bench --devices $(visible 2) --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
+      # shellcheck disable=SC2086
+      "$bin/tpar-bench" --devices "$(visible 2)" --chain 64 --chain-work 58M --chain-wiring streams --algo $how \
+        --sizes 4K,16K,64K -n 20 -r "$reps" -q >> "$log" 2>&1 || part_fail "decode chain $how"
+    done
+  fi
+  local which=${DECODE_MODELS:-8b,8b-d8192,8b-q4_k_m,70b20,tiny} m
+  if [[ ,$which, == *,8b,* || ,$which, == *,8b-d8192,* ]]; then
+    m=$(model llama3-8b-q8_0 --preset llama3-8b) || return
+    [[ ,$which, == *,8b,* ]] && decode_rows 8b "$m" "-p 0 -n 128"
+    [[ ,$which, == *,8b-d8192,* ]] && decode_rows 8b-d8192 "$m" "-p 0 -n 128 -d 8192"
+    if [[ ${DECODE_TRACE:-0} == 1 ]]; then
+      local a
+      for a in oneshot relay; do
+        trace_one "host-tpar2-$a-8b" "$m" 2 tensor 0 TPAR_ALGO=$a
+        trace_one "gpu-tpar2-$a-8b" "$m" 2 tensor 1 TPAR_ALGO=$a
+      done
+      (cd "$out" && tar -cJf traces-decode.tar.xz trace-*.json && rm -f trace-*.json)
+    fi
+  fi
+  if [[ ,$which, == *,8b-q4_k_m,* ]]; then
+    m=$(model llama3-8b-q4_k_m --preset llama3-8b --type q4_k_m) || return
+    decode_rows 8b-q4_k_m "$m" "-p 0 -n 128"
+  fi
+  if [[ ,$which, == *,70b20,* ]]; then
+    m=$(model llama3-70b-20l-q8_0 --preset llama3-70b --layers 20) || return
+    decode_rows 70b20 "$m" "-p 0 -n 64"
+  fi
+  if [[ ,$which, == *,tiny,* ]]; then
+    m=$(model tiny32-f16 --preset tiny --layers 32 --type f16) || return
+    decode_rows tiny32 "$m" "-p 0 -n 64"
+  fi
+}
+
 run_tiny() {
   say "part tiny"
   local m
@@ -585,6 +642,7 @@ for p in "${parts[@]}"; do
     llama) run_llama ;;
     move) run_move ;;
     tiny) run_tiny ;;
+    decode) run_decode ;;
     mixed) run_mixed ;;
     cuda) run_cuda ;;
     server) run_server ;;
