@@ -59,7 +59,16 @@ case "$name" in
     run none dense.gguf 0 none
     run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
     run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
+    # The relay (TPAR_ALGO=relay): its host thread sums the devices' f32 values, with the
+    # vector loop and with the one-value loop (TPAR_RELAY_SUM=scalar): the same logits.
+    run tpar-relay dense.gguf "$pair" tensor TPAR_ALGO=relay
+    run tpar-relay-scalar dense.gguf "$pair" tensor TPAR_ALGO=relay TPAR_RELAY_SUM=scalar
     check_served tpar 2
+    for label in tpar-relay tpar-relay-scalar; do
+      check_served $label 2
+      grep -q "relay: the host thread sums" "$dir/$label.log" || fail "$label: no relay call was made"
+      compare $label ggml --exact
+    done
     compare tpar ggml --exact          # both sum two f32 values: a + b == b + a
     compare tpar none $bound_vs_none
     compare ggml none $bound_vs_none
@@ -73,8 +82,10 @@ case "$name" in
     run ggml dense.gguf 0,0,0 tensor GGML_VK_DISABLE_TPAR=1
     run tpar dense.gguf 0,0,0 tensor TPAR_WIRE=f32
     run tpar-threads dense.gguf 0,0,0 tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
+    run tpar-relay dense.gguf 0,0,0 tensor TPAR_ALGO=relay
     check_served tpar 3
     check_served tpar-threads 3
+    check_served tpar-relay 3
     idle=$(field tpar ', ([0-9]+) with a device that computed nothing')
     echo "tpar: $idle calls had a device contributing zeros"
     [[ $idle -gt 0 ]] || fail "no call had a zero-size slice: the test does not test what it claims"
@@ -84,6 +95,7 @@ case "$name" in
     compare tpar none $bound_vs_none
     compare tpar ggml --relative 0.001  # three values, summed in different orders
     compare tpar-threads tpar --exact
+    compare tpar-relay tpar --exact     # both sum in device order, a device's zeros too
     ;;
   moe-2)
     # Mesa 22.3's lavapipe crashes in ggml-vulkan's single-token MoE matmuls and in its
@@ -191,11 +203,12 @@ case "$name" in
     run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
     run tpar-threads dense.gguf "$pair" tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
     run tpar-noreplay dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_DISABLE_REPLAY=1
+    run tpar-relay dense.gguf "$pair" tensor TPAR_ALGO=relay
     replay() {  # LABEL: "replayed recorded" of device 0, or nothing
       sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) subgraphs replayed, ([0-9]+) recorded for replay.*/\1 \2/p' "$dir/$1.log"
     }
     threads() { sed -nE 's/.*ggml comm: ([0-9]+) AllReduces enqueued by each device.s thread.*/\1/p' "$dir/$1.log"; }
-    for label in tpar tpar-threads tpar-noreplay; do
+    for label in tpar tpar-threads tpar-noreplay tpar-relay; do
       check_served $label 2
       compare $label ggml --exact
       echo "$label: replayed, recorded for replay: $(replay $label); enqueued by the devices' threads: $(threads $label)"

@@ -57,15 +57,20 @@ struct DeviceRecord {
   bool shader_float16 = false;
   bool storage_16bit = false;
   bool update_after_bind = false;
+  bool shader_device_clock = false;
   QueueLink* compute = nullptr;  // set by the compute queue's QueueLink::init
 
   // `extensions`: the names passed to vkCreateDevice; the feature structs as passed there.
+  // `shader_clock`: VK_KHR_shader_clock's features as passed there, where chained (the
+  // relay's kernels then wait for the sum in the kernel, bounded by the device clock;
+  // without it their queues wait, a host-signalled semaphore on the token's path).
   void record(std::span<const char* const> extensions, const VkPhysicalDeviceVulkan11Features& vk11,
-              const VkPhysicalDeviceVulkan12Features& vk12) {
+              const VkPhysicalDeviceVulkan12Features& vk12, const VkPhysicalDeviceShaderClockFeaturesKHR* shader_clock = nullptr) {
     enabled_extensions.assign(extensions.begin(), extensions.end());
     storage_16bit = vk11.storageBuffer16BitAccess == VK_TRUE;
     shader_float16 = vk12.shaderFloat16 == VK_TRUE;
     update_after_bind = vk12.descriptorBindingStorageBufferUpdateAfterBind == VK_TRUE;
+    shader_device_clock = shader_clock && shader_clock->shaderDeviceClock == VK_TRUE && has(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
   }
   bool has(const char* extension) const {
     return std::find(enabled_extensions.begin(), enabled_extensions.end(), extension) != enabled_extensions.end();
@@ -244,6 +249,27 @@ class QueueLink {
   std::uint64_t submits_at_step_ = 0;
 };
 
+// Whether the physical device offers the device extension `name`.
+inline bool offers(vk::PhysicalDevice physical, const char* name) {
+  std::uint32_t count = 0;
+  std::vector<vk::ExtensionProperties> offered;
+  if (physical.enumerateDeviceExtensionProperties(nullptr, &count, nullptr) == vk::Result::eSuccess) {
+    offered.resize(count);
+    if (physical.enumerateDeviceExtensionProperties(nullptr, &count, offered.data()) != vk::Result::eSuccess) offered.clear();
+    offered.resize(std::min<std::size_t>(offered.size(), count));
+  }
+  return std::any_of(offered.begin(), offered.end(), [&](const auto& e) { return !std::strcmp(e.extensionName, name); });
+}
+
+// Whether ggml-vulkan should chain VkPhysicalDeviceShaderClockFeaturesKHR and enable
+// VK_KHR_shader_clock for tpar (its relay's kernels bound their wait by the device
+// clock): where offered, unless TPAR_GGML_SHADER_CLOCK=0.
+inline bool wants_shader_clock(vk::PhysicalDevice physical) {
+  const char* v = std::getenv("TPAR_GGML_SHADER_CLOCK");
+  if (v && std::string(v) == "0") return false;
+  return offers(physical, VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
+}
+
 // Device extensions tpar uses that ggml-vulkan does not enable itself, among those the
 // physical device offers and `enabled` lacks: append them to vkCreateDevice's list.
 // (VK_KHR_external_semaphore_fd lets NativeImport share timelines between devices;
@@ -254,16 +280,9 @@ inline std::vector<const char*> extra_device_extensions(vk::PhysicalDevice physi
   const char* calibrate = std::getenv("TPAR_TRACE_CALIBRATE");
   if (Trace::instance().enabled() && !(calibrate && std::string(calibrate) == "0"))
     wanted.push_back(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
-  std::uint32_t count = 0;
-  std::vector<vk::ExtensionProperties> offered;
-  if (physical.enumerateDeviceExtensionProperties(nullptr, &count, nullptr) == vk::Result::eSuccess) {
-    offered.resize(count);
-    if (physical.enumerateDeviceExtensionProperties(nullptr, &count, offered.data()) != vk::Result::eSuccess) offered.clear();
-    offered.resize(std::min<std::size_t>(offered.size(), count));
-  }
   std::vector<const char*> out;
   for (const char* name : wanted) {
-    const bool has = std::any_of(offered.begin(), offered.end(), [&](const auto& e) { return !std::strcmp(e.extensionName, name); });
+    const bool has = offers(physical, name);
     const bool already = std::any_of(enabled.begin(), enabled.end(), [&](const char* e) { return !std::strcmp(e, name); });
     if (has && !already) out.push_back(name);
   }
@@ -300,6 +319,7 @@ inline AdoptedDevice adopted_device(vk::Instance instance, vk::PhysicalDevice ph
   a.shader_float16_enabled = record.shader_float16;
   a.storage_16bit_enabled = record.storage_16bit;
   a.update_after_bind_enabled = record.update_after_bind;
+  a.shader_device_clock_enabled = record.shader_device_clock;
   return a;
 }
 
