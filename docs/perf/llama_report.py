@@ -6,8 +6,9 @@ so that no figure there is typed by hand:
   -sm layer, CUDA's -sm tensor in the same run on the same machine, the server, and
   the verdict by model size (GLANCE: parts env cuda, then MOVE_TREES=new move; SERVER:
   part server, the same run on the same machine);
-- PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE) and its
-  server table (server; SERVER).
+- PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE), its
+  server table (server; SERVER) and the decode paths side by side (decode: part decode
+  with DECODE_MODELS=8b DECODE_TRACE=1, then NCCL_CHAIN_ONLY=1 nccl; DECODE).
 
     python3 docs/perf/llama_report.py            # rewrites the rendered blocks in place
     python3 docs/perf/llama_report.py --check    # exits 1 where a rendered block differs
@@ -28,6 +29,7 @@ RAW = os.path.join(HERE, "raw")
 MOVE = "move-h200x2-d1ea59b.txt"
 GLANCE = "glance-h200x2-d1ea59b.txt"
 SERVER = "server-h200x2-d1ea59b.txt"
+DECODE = "decode-h100x2-35cb652.txt"
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
 import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
@@ -121,7 +123,90 @@ def render_first():
 def render():
     blocks = render_first()
     blocks.update(render_move())
+    blocks.update(render_decode())
     return blocks
+
+
+def decode_chains(text):
+    """{(how, bytes): boundary us} from part decode's tpar-bench sections (how: oneshot, relay, relay-scalar)."""
+    out, how = {}, None
+    for line in text.splitlines():
+        m = re.match(r"## tpar-bench --devices \S+ --chain 64 --chain-work 58M --chain-wiring streams --algo (\w+)( --relay-sum scalar)?",
+                     line)
+        if m:
+            how = m.group(1) + ("-scalar" if m.group(2) else "")
+            continue
+        if line.startswith("##"):
+            how = None
+        f = line.split()
+        if how and len(f) == 11 and f[0].isdigit() and f[1] in ("oneshot", "relay"):
+            if int(f[10]) != 0:
+                raise ValueError(f"{how} at {f[0]} bytes: {f[10]} wrong results")
+            out[(how, int(f[0]))] = (float(f[5]), float(f[7]))
+    return out
+
+
+def nccl_chains(text):
+    """{(work, mode, bytes): boundary us} from the NCCL anchor's p2p-off chain lines at n=2."""
+    out = {}
+    for m in re.finditer(r"^p2p-off chain n=2 bytes=\s*(\d+) steps=64 work=(\d+) mode=(\w+) .* boundary_us=\s*([\d.]+) .* ok=(\w+)$",
+                         text, re.M):
+        if m.group(5) != "True":
+            raise ValueError(f"NCCL chain {m.group(0)} not ok")
+        out[(int(m.group(2)) > 0, m.group(3), int(m.group(1)))] = float(m.group(4))
+    return out
+
+
+def trace_steps(text):
+    """{label: step us} from the trace summaries (the lines after '## trace LABEL')."""
+    out = {}
+    for m in re.finditer(r"^## trace (\S+):.*\n\{\n \"step_us\": ([\d.]+),", text, re.M):
+        out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def render_decode():
+    text = decode_report.read(DECODE)
+    st = decode_report.stamp(text)
+    ch = decode_chains(text)
+    nc = nccl_chains(text)
+    b = decode_report.benches(text)
+    sizes = (4096, 16384, 65536)
+    rows = []
+    for how, name in (("oneshot", "OneShot"), ("relay-scalar", "the relay, one value a step (before)"),
+                      ("relay", "the relay, 4-8 values a step (now)")):
+        rows.append(f"| tpar, {name} | " + " | ".join(f"{ch[(how, n)][0]:.1f}" for n in sizes) + " | "
+                    + " | ".join(f"{ch[(how, n)][1]:.1f}" for n in sizes) + " |")
+    for work, wname in ((True, "with the weights"), (False, "no weights")):
+        rows.append(f"| NCCL, peer-to-peer off, replayed from a CUDA graph, {wname} | "
+                    + " | ".join(f"{nc[(work, 'graph', n)]:.1f}" for n in sizes) + " | | | |")
+    chain = "\n".join([
+        "| boundary per step (us) | 4 KiB | 16 KiB | 64 KiB | cpu per step, 4 KiB | 16 KiB | 64 KiB |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ])
+    none = b["none-8b"]["tg128"][0]
+    llama = []
+    for label, name in (("tpar2-auto-8b", "the automatic choice (OneShot)"), ("tpar2-oneshot-8b", "`TPAR_ALGO=oneshot`"),
+                        ("tpar2-relay-8b", "`TPAR_ALGO=relay`")):
+        v = b[label]["tg128"][0]
+        llama.append(f"| `-sm tensor`, tpar, 2 GPUs, {name} | {v:.1f} | {v / none:.2f}x |")
+    tr = trace_steps(text)
+    llama_table = "\n".join([
+        "| Llama-3-8B shapes, q8_0, tg128 | t/s | against one GPU |",
+        "|---|---|---|",
+        f"| `-sm none`, one GPU | {none:.1f} | 1.00x |",
+        *llama,
+    ])
+    head = (f"{st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, one run, tree {st['tree']} "
+            f"(the code of {DECODE.split('-')[2].split('.')[0]}: the relay's vector sum, patch 0004's shader clock); raw: "
+            f"[perf/raw/{DECODE}](perf/raw/{DECODE}). The chain: `tpar-bench --chain 64 --chain-work 58M "
+            f"--chain-wiring streams`, each row its median step minus the same chain without the AllReduce; "
+            f"NCCL's from `scripts/nccl_anchor.py chain` in the same run.")
+    note = (f"A host-only trace of an 8B token in the same run: {tr['host-tpar2-oneshot-8b']:.0f} us with OneShot, "
+            f"{tr['host-tpar2-relay-8b']:.0f} us with the relay. What bounds the token now is each GPU's own ggml work, "
+            f"not the boundary ([design note](design/relay-on-the-token.md)).")
+    return {"decode-relay": head + "\n\n" + chain + "\n\n" + llama_table + "\n\n" + note}
 
 
 def render_move():
