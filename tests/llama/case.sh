@@ -6,6 +6,7 @@
 #   case.sh NAME   with BIN (llama.cpp's bin/), MODELS (the test models), WORK (scratch)
 set -euo pipefail
 name=$1
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 : "${BIN:?}" "${MODELS:?}" "${WORK:?}"
 dir="$WORK/$name"
 rm -rf "$dir" && mkdir -p "$dir"
@@ -214,15 +215,84 @@ case "$name" in
       echo "$label: replayed, recorded for replay: $(replay $label); enqueued by the devices' threads: $(threads $label)"
     done
     read -r replayed recorded <<< "$(replay tpar)"
-    # The 4-layer test model has 9 subgraphs a graph; a run that recorded each only once
-    # would replay a stale recording after the graph changed.
+    once=$(sed -nE 's/.*ggml-vulkan Vulkan0: .* ([0-9]+) seen once and recorded as usual.*/\1/p' "$dir/tpar.log")
+    echo "tpar: $once subgraphs seen once and recorded as usual"
+    # The 4-layer test model has 9 subgraphs a graph. A subgraph is recorded for replay when
+    # seen a second time unchanged: the four decode graphs that run for many steps (before
+    # and after the KV cache grows, after the 3-token step, after the 5-token step) are,
+    # each anew; the 3- and 5-token steps' graphs, seen once, are not. A run that recorded
+    # each subgraph only once would replay a stale recording after the graph changed.
     [[ ${replayed:-0} -gt 1000 ]] || fail "tpar: ${replayed:-no} subgraphs replayed: replay did not run"
-    [[ ${recorded:-0} -ge 45 ]] || fail "tpar: ${recorded:-no} subgraphs recorded for replay, not the 5 graphs' worth the run builds"
+    [[ ${recorded:-0} -ge 36 ]] || fail "tpar: ${recorded:-no} subgraphs recorded for replay, not the 4 decode graphs' worth the run builds"
+    [[ ${once:-0} -ge $((recorded + 18)) ]] || fail "tpar: ${once:-no} subgraphs seen once: the one-step graphs were recorded for replay"
     [[ -z "$(replay tpar-noreplay)" ]] || fail "tpar-noreplay: GGML_VK_DISABLE_REPLAY=1 still replayed"
     [[ -n "$(replay tpar-threads)" ]] || fail "tpar-threads: no replay"
     enqueued=$(threads tpar-threads)
     [[ ${enqueued:-0} -gt 0 ]] || fail "tpar-threads: the devices' threads enqueued no AllReduce"
     [[ -z "$(threads tpar)" && -z "$(threads tpar-noreplay)" ]] || fail "the devices' threads ran without TPAR_GGML_THREADS=1"
+    ;;
+  shape-steps)
+    # A batch of another size at every step, as a server under mixed traffic makes them:
+    # 48 steps of 1 to 5 tokens, no two neighbours alike, so that llama.cpp builds every
+    # step's graph anew. Every step's logits must equal the fallback's: with replay (a
+    # subgraph recorded for replay when seen twice, the default), with the rule before
+    # (GGML_VK_REPLAY_EAGER=1: recorded when first seen) and without replay. And replay
+    # must not pay for what it never replays: the default records far fewer subgraphs
+    # for replay than the eager rule, which records every new one.
+    sched=$(awk 'BEGIN { for (k = 0; k < 48; k++) printf "%s%d:%d", (k ? "," : ""), k, 1 + (k * 3) % 5 }')
+    RUN_ARGS="--ctx 512 -n 56 --batch-at $sched"
+    run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
+    run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
+    run tpar-eager dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_REPLAY_EAGER=1
+    run tpar-noreplay dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_DISABLE_REPLAY=1
+    recorded() { sed -nE 's/.*ggml-vulkan Vulkan0: [0-9]+ subgraphs replayed, ([0-9]+) recorded for replay.*/\1/p' "$dir/$1.log"; }
+    for label in tpar tpar-eager tpar-noreplay; do
+      check_served $label 2
+      compare $label ggml --exact
+    done
+    mine=$(recorded tpar) eager=$(recorded tpar-eager)
+    echo "recorded for replay: ${mine:-none} by default, ${eager:-none} recording at first sight"
+    [[ -n "$mine" && -n "$eager" ]] || fail "no replay account in the logs"
+    [[ $eager -ge 4 && $((4 * mine)) -le $eager ]] ||
+      fail "the default recorded $mine subgraphs for replay against the eager rule's $eager: it records what it does not replay"
+    ;;
+  server-mixed)
+    # llama-server under mixed traffic (scripts/server_load.py --mixed: 1 to several
+    # requests at once, prompts of 3 to 400 words, 8 to 256 tokens, temperature 0 or 0.7,
+    # cache_prompt for half), two rounds: with 4 slots through tpar every request is
+    # answered; with one slot and every temperature 0, tpar's texts (TPAR_WIRE=f32) are
+    # ggml's own AllReduce's. (A grammar keeps the random model's text to letters.)
+    [[ -x "$BIN/llama-server" ]] || fail "no llama-server in $BIN"
+    mixed_serve() {  # LABEL SLOTS CONTEXT "LOAD ARGS" [ENV...]
+      local label=$1 slots=$2 ctx=$3 load=$4; shift 4
+      local port=$((20000 + RANDOM % 20000))
+      env "$@" GGML_VK_VISIBLE_DEVICES=0,0 TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/dense.gguf" -ngl 99 -fa on \
+          -sm tensor -c "$ctx" -np "$slots" --no-warmup --host 127.0.0.1 --port "$port" > "$dir/$label-server.log" 2>&1 &
+      local pid=$! ready=0
+      for _ in $(seq 1 240); do
+        if curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1; then ready=1; break; fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.5
+      done
+      if [[ $ready -ne 1 ]]; then
+        kill "$pid" 2>/dev/null || true
+        tail -30 "$dir/$label-server.log"
+        fail "$label: llama-server did not come up"
+      fi
+      local rc=0
+      # shellcheck disable=SC2086
+      python3 "$here/../../scripts/server_load.py" --port "$port" --label "$label" --slots "$slots" $load --grammar \
+        --timeout 300 --out "$dir/$label.json" || rc=$?
+      kill -INT "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      grep "tpar" "$dir/$label-server.log" || true
+      [[ $rc -eq 0 ]] || fail "$label: a request was not answered"
+    }
+    mixed_serve tpar-4 4 4096 "--mixed 2 --seed 3"
+    mixed_serve tpar-1 1 1024 "--mixed 2 --seed 5 --greedy" TPAR_WIRE=f32
+    mixed_serve ggml-1 1 1024 "--mixed 2 --seed 5 --greedy" GGML_VK_DISABLE_TPAR=1
+    python3 "$here/../../scripts/server_load.py" --compare "$dir/tpar-1.json" "$dir/ggml-1.json" ||
+      fail "tpar's texts differ from ggml's own AllReduce's (one slot)"
     ;;
   server)
     # Requests in a row to one llama-server with -sm tensor through tpar (users of an
