@@ -2,6 +2,7 @@
 #include <tpar/core/error.hpp>
 #include <tpar/core/options.hpp>
 #include <tpar/detail/wire_codec.hpp>
+#include <tpar/staging/capacity.hpp>
 
 #include <cmath>
 #include <cstdlib>
@@ -111,4 +112,44 @@ TEST_CASE("f16 blocks scale so nothing finite overflows, and round within 2^-11"
   CHECK(y[1] == std::numeric_limits<float>::infinity());
   CHECK(y[2] == -std::numeric_limits<float>::infinity());
   CHECK(std::isnan(y[3]));
+}
+
+TEST_CASE("staging capacity: shrinks after a prefill, and stops following a server's alternating steps") {
+  const std::uint64_t prompt = 8 << 20, token = 64 << 10;  // a prompt chunk's call, a decode call
+  // One prefill, then decode: shrinks after 64 decode calls, as it always did.
+  {
+    Capacity c;
+    CHECK(c.update(prompt).has_value());
+    int shrunk_at = -1;
+    for (int i = 0; i < 200 && shrunk_at < 0; ++i)
+      if (c.update(token)) shrunk_at = i;
+    CHECK(shrunk_at == 63);
+    CHECK(c.current() < prompt / 4);
+  }
+  // A server: 64 calls of a prompt chunk, then 64 decode calls, again and again. Each
+  // shrink that the next prompt undoes doubles the wait, until the staging stays.
+  {
+    Capacity c;
+    int changes = 0, late_changes = 0;
+    for (int cycle = 0; cycle < 40; ++cycle)
+      for (int i = 0; i < 128; ++i) {
+        const bool changed = c.update(i < 64 ? prompt : token).has_value();
+        changes += changed;
+        late_changes += changed && cycle >= 20;
+      }
+    MESSAGE(changes << " staging changes in 40 cycles, patience " << c.patience() << " calls");
+    CHECK(changes <= 8);
+    CHECK(late_changes == 0);
+    CHECK(c.current() >= prompt);
+    CHECK(c.patience() >= 128);
+  }
+  // The doubling is bounded: a long quiet stretch still shrinks it.
+  {
+    Capacity c;
+    for (int cycle = 0; cycle < 40; ++cycle)
+      for (int i = 0; i < 128; ++i) c.update(i < 64 ? prompt : token);
+    bool shrank = false;
+    for (std::size_t i = 0; i <= (Capacity::window << Capacity::max_doublings) && !shrank; ++i) shrank = c.update(token).has_value();
+    CHECK(shrank);
+  }
 }
