@@ -60,6 +60,16 @@
 #             and three requests in a row through tpar (TPAR_WIRE=f32) and ggml's, every
 #             text equal. No grammar: the GPUs, not sampling, bound it; a request that
 #             fails or comes back short counts as a failure of its mode (the summary)
+#   server-mixed  llama-server on the 8B shapes, 4 slots, under mixed traffic
+#             (server_load.py --mixed 16 --seed 1: 1 to 10 requests at once, prompts of 3 to
+#             400 words, 8 to 256 tokens, temperature 0 or 0.7, cache_prompt for half),
+#             the same requests in every mode: -sm none, -sm layer, -sm tensor with tpar
+#             (replay recording a subgraph when seen twice, the default), tpar recording
+#             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
+#             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,tpar-eager,
+#             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
+#             rule) and trace (a host-only trace of 8 mixed steps, traces-mixed.tar.xz);
+#             MIXED_ROUNDS, MIXED_SEED and MIXED_MAX_SECONDS (default 480, a mode's bound)
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
 #             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
 #             on both devices) and tpar-bench --soak 240 over the pair
@@ -105,7 +115,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server) parts+=("$1"); shift ;;
+    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server|server-mixed) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -167,6 +177,7 @@ model() {  # NAME ARGS...: the model file, made once
   if [[ ! -f "$f" ]]; then
     say "making $name ($*)"
     "$bin/tpar-llama-model" "$@" -o "$f.part" >> "$log" 2>&1 && mv "$f.part" "$f" || { part_fail "tpar-llama-model $name"; return 1; }
+    sync  # the model's pages written back now, not beside the first benchmark
   fi
   echo "$f"
 }
@@ -385,37 +396,44 @@ run_move() {
   done
 }
 
+# One llama-server of model $m, then server_load.py's requests into the log (fixed token
+# counts, no grammar; an unanswered or short request is a failure of the mode):
+# LABEL SPLIT DEVICES SLOTS CONTEXT "LOAD ARGS" ENV...
+serve_load() {
+  local label=$1 sm=$2 n=$3 slots=$4 ctx=$5 load=$6; shift 6
+  local port=$((20000 + RANDOM % 20000)) vis
+  vis=$(visible "$n")
+  [[ $sm == none ]] && vis=0
+  echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c $ctx -np $slots; server_load.py $load" >> "$log"
+  env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-server" -m "$m" -ngl 99 -fa on -sm "$sm" -c "$ctx" \
+    -np "$slots" --no-warmup --host 127.0.0.1 --port "$port" > "$out/server-$label.err" 2>&1 &
+  local pid=$! ready=0
+  for _ in $(seq 1 600); do
+    python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1)" 2>/dev/null && { ready=1; break; }
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.5
+  done
+  if [[ $ready -ne 1 ]]; then
+    kill $pid 2>/dev/null; tail -20 "$out/server-$label.err" >> "$log"
+    echo "$label: llama-server did not come up" >> "$log"; part_fail "llama-server $label did not come up"; return 0
+  fi
+  # shellcheck disable=SC2086
+  if ! python3 "$root/scripts/server_load.py" --port "$port" --label "$label" --slots "$slots" $load \
+         --out "$out/server-$label.json" >> "$log" 2>&1; then
+    part_fail "requests to llama-server $label"
+    kill -0 $pid 2>/dev/null || echo "# llama-server $label exited: $(tail -3 "$out/server-$label.err" | tr '\n' ' ')" >> "$log"
+  fi
+  kill -INT $pid 2>/dev/null; wait $pid 2>/dev/null
+  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
+}
+
 run_server() {
   say "part server"
   local m
   m=$(model "server-$server_preset" --preset "$server_preset") || return
-  # one server: LABEL SPLIT DEVICES SLOTS ENV...; then requests by rounds (server_load.py:
-  # fixed token counts, no grammar; an unanswered or short request is a failure of the mode)
-  serve_rounds() {
+  serve_rounds() {  # LABEL SPLIT DEVICES SLOTS ENV...: 128 tokens a request, by rounds
     local label=$1 sm=$2 n=$3 slots=$4; shift 4
-    local port=$((20000 + RANDOM % 20000)) vis
-    vis=$(visible "$n")
-    [[ $sm == none ]] && vis=0
-    echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c 4096 -np $slots" >> "$log"
-    env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-server" -m "$m" -ngl 99 -fa on -sm "$sm" -c 4096 \
-      -np "$slots" --no-warmup --host 127.0.0.1 --port "$port" > "$out/server-$label.err" 2>&1 &
-    local pid=$! ready=0
-    for _ in $(seq 1 600); do
-      python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1)" 2>/dev/null && { ready=1; break; }
-      kill -0 $pid 2>/dev/null || break
-      sleep 0.5
-    done
-    if [[ $ready -ne 1 ]]; then
-      kill $pid 2>/dev/null; tail -20 "$out/server-$label.err" >> "$log"
-      echo "$label: llama-server did not come up" >> "$log"; part_fail "llama-server $label did not come up"; return 0
-    fi
-    if ! python3 "$root/scripts/server_load.py" --port "$port" --label "$label" --slots "$slots" --n-predict 128 \
-           --out "$out/server-$label.json" >> "$log" 2>&1; then
-      part_fail "requests to llama-server $label"
-      kill -0 $pid 2>/dev/null || echo "# llama-server $label exited: $(tail -3 "$out/server-$label.err" | tr '\n' ' ')" >> "$log"
-    fi
-    kill -INT $pid 2>/dev/null; wait $pid 2>/dev/null
-    grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
+    serve_load "$label" "$sm" "$n" "$slots" 4096 "--n-predict 128" "$@"
   }
   # 4 slots, 8 requests at once, twice: one GPU, -sm layer, and -sm tensor with tpar and with
   # ggml's own AllReduce, each as a user runs it (defaults)
@@ -433,6 +451,46 @@ run_server() {
     part_fail "tpar's texts differ from ggml's (one slot)"
   echo "## server summary ($(basename "$m"), 128 tokens a request)" >> "$log"
   grep -E "^[a-z0-9-]+: ([0-9]+ of [0-9]+ requests answered|llama-server did not come up)" "$log" | sed 's/^/# /' >> "$log"
+}
+
+run_server_mixed() {
+  say "part server-mixed"
+  local m mode
+  m=$(model "server-$server_preset" --preset "$server_preset") || return
+  local load="--mixed ${MIXED_ROUNDS:-16} --seed ${MIXED_SEED:-1} --max-seconds ${MIXED_MAX_SECONDS:-480}"
+  local modes=${MIXED_MODES:-none,layer,tpar,tpar-eager,tpar-noreplay,ggml}
+  for mode in ${modes//,/ }; do
+    case $mode in
+      none) serve_load mixed-none none 1 4 16384 "$load" ;;
+      layer) serve_load mixed-layer layer 2 4 16384 "$load" ;;
+      tpar) serve_load mixed-tpar tensor 2 4 16384 "$load" ;;
+      tpar-eager) serve_load mixed-tpar-eager tensor 2 4 16384 "$load" GGML_VK_REPLAY_EAGER=1 ;;
+      tpar-noreplay) serve_load mixed-tpar-noreplay tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
+      ggml) serve_load mixed-ggml tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
+      steady)  # steady decode, the same replay rules: llama-bench on the 8B shapes
+        local m8
+        m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
+        local k
+        for k in 1 2; do  # twice, taking turns
+          bench replay-second-8b-$k "$m8" 2 tensor "-p 0 -n 128"
+          bench replay-eager-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_REPLAY_EAGER=1
+          bench replay-off-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_DISABLE_REPLAY=1
+        done ;;
+      trace)  # the host's time in mixed steps (no GPU stamps): tpar, default replay
+        serve_load mixed-tpar-trace tensor 2 4 16384 "--mixed 4 --seed ${MIXED_SEED:-1}" \
+          TPAR_TRACE="$out/trace-mixed-tpar.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP=400 TPAR_TRACE_SPAN=8
+        if [[ -f "$out/trace-mixed-tpar.json" ]]; then
+          echo "## trace mixed-tpar: TPAR_TRACE_GPU=0, 8 steps after the first 400 of the server under mixed traffic" >> "$log"
+          python3 "$root/scripts/timeline.py" "$out/trace-mixed-tpar.json" --step all >> "$log" 2>&1 || part_fail "timeline mixed"
+          (cd "$out" && tar -cJf traces-mixed.tar.xz trace-mixed-tpar.json && rm -f trace-mixed-tpar.json)
+        else
+          part_fail "no trace of the mixed steps"
+        fi ;;
+      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
+    esac
+  done
+  echo "## server-mixed summary ($(basename "$m"), $load)" >> "$log"
+  grep -E "^mixed-[a-z-]+: ([0-9]+ of [0-9]+ requests answered|llama-server did not come up)" "$log" | sed 's/^/# /' >> "$log"
 }
 
 run_cuda() {
@@ -646,6 +704,7 @@ for p in "${parts[@]}"; do
     mixed) run_mixed ;;
     cuda) run_cuda ;;
     server) run_server ;;
+    server-mixed) run_server_mixed ;;
     trace) run_trace ;;
   esac
   say "part $p: $((SECONDS - start)) s"

@@ -1,14 +1,29 @@
 #!/usr/bin/env python3
 """Requests to a running llama-server, as its users make them, for scripts/gpu-suite.sh's
-part server: with --slots 2 or more, two rounds of 2 x SLOTS requests at once; with one
-slot, three requests in a row. Each request asks for a fixed number of tokens
-(--n-predict, the end-of-text token ignored) by greedy decoding of a fixed prompt, with
-no grammar or other constraint that would make sampling, not the GPUs, the bound. A
-request counts as answered only when it returns every token it asked for; one that
-fails, times out or comes back short is a failure of this server's mode, printed as
-such and counted in the summary line.
+parts server and server-mixed, and for the llama.cpp tests.
+
+Uniform load (the default): with --slots 2 or more, two rounds of 2 x SLOTS requests at
+once; with one slot, three requests in a row. Each asks for a fixed number of tokens
+(--n-predict) by greedy decoding of a fixed prompt.
+
+Mixed traffic (--mixed ROUNDS): the traffic of a server many users share, the same in
+every mode for one --seed: each round sends 1 to 10 requests at once, each with a prompt
+of 3 to 400 words, n_predict one of 8/32/64/128/256, temperature 0 or 0.7 (a seed of its
+own) and cache_prompt on for half of them, so that nearly every step of the server has a
+batch of a new shape. --greedy makes every temperature 0 (texts then compare between
+one-slot servers); --max-words and --max-predict clamp the prompts and token counts for
+slow test devices, every other draw unchanged. --max-seconds bounds the whole run: rounds not started by then count
+as failed.
+
+Every request ignores the end-of-text token, with no grammar or other constraint that
+would make sampling, not the GPUs, the bound (--grammar adds one that keeps a random
+model's text to letters, for tests that compare texts, not speed). A request counts as
+answered only when it returns every token it asked for; one that fails, times out or
+comes back short is a failure of this server's mode, printed as such and counted in the
+summary line.
 
     server_load.py --port P --label NAME --slots N --out FILE.json [--n-predict 128]
+    server_load.py --port P --label NAME --mixed 16 [--seed 1] --out FILE.json
     server_load.py --compare A.json B.json     # exit 1 unless every text is the same
 
 Per round: requests answered, the tokens of all answers over the round's wall time, and
@@ -16,11 +31,13 @@ each request's own tokens/s (the server's timings). The last line sums the round
 "LABEL: A of R requests answered, F failed; T tokens in W s, X t/s in all". The answers'
 texts go to --out (JSON), so that two servers' can be compared; with several slots the
 server batches requests as they happen to arrive and a batch's size picks ggml's kernels,
-so texts are compared only between one-slot runs. Needs only Python 3. Exit status: 0
-every request answered, 1 a request failed or the texts differ, 2 a usage error.
+so texts are compared only between one-slot runs. Needs only Python 3; talks to
+127.0.0.1 only. Exit status: 0 every request answered, 1 a request failed or the texts
+differ, 2 a usage error.
 """
 import argparse
 import json
+import random
 import sys
 import threading
 import time
@@ -38,27 +55,68 @@ PROMPTS = [
 ]
 
 
-def request(port, prompt, n_predict, timeout):
-    body = json.dumps({"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True,
-                       "cache_prompt": False}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at which but have an "
+         "they you were her she there been one all we their has would when if so no will more what up out about who "
+         "into them some could time only other new these two may then do first any like now my over such our man "
+         "me even most made after also did many before must through back years where much your way well down should "
+         "because each just those people how too little state good very make world still own see men work long get "
+         "here between both life being under never day same another know while last might us great old year off come "
+         "since against go came right used take three").split()
+GRAMMAR = "root ::= [a-z ]+"
+
+
+def mixed_plan(seed, rounds, max_words=400, max_predict=256):
+    """The requests of --mixed: per round, 1 to 10 at once, the same for one seed. The
+    bounds clamp each request's prompt words and tokens (for slow test devices), leaving
+    every other draw as it was."""
+    rng = random.Random(seed)
+    plan = []
+    for _ in range(rounds):
+        reqs = []
+        for _ in range(rng.randint(1, 10)):
+            drawn = [rng.choice(WORDS) for _ in range(rng.randint(3, 400))]  # all drawn, so a clamp changes no later draw
+            reqs.append({"prompt": " ".join(drawn[:max_words]),
+                         "n_predict": min(rng.choice((8, 32, 64, 128, 256)), max_predict),
+                         "temperature": rng.choice((0.0, 0.7)),
+                         "cache_prompt": rng.random() < 0.5,
+                         "seed": rng.randrange(1 << 31)})
+        plan.append(reqs)
+    return plan
+
+
+def uniform_plan(slots, n_predict):
+    """The requests of the uniform load: 2 rounds of 2 x slots at once, or 3 one at a time."""
+    count, rounds = (2 * slots, 2) if slots > 1 else (1, 3)
+    return [[{"prompt": PROMPTS[i % len(PROMPTS)], "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False,
+              "seed": 0} for i in range(count)] for _ in range(rounds)]
+
+
+def request(port, req, timeout, greedy=False, grammar=False):
+    body = {"prompt": req["prompt"], "n_predict": req["n_predict"], "ignore_eos": True,
+            "temperature": 0.0 if greedy else req["temperature"], "cache_prompt": req["cache_prompt"],
+            "seed": req["seed"]}
+    if grammar:
+        body["grammar"] = GRAMMAR
+    http = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
+                                  headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(http, timeout=timeout) as r:
         out = json.loads(r.read())
     timings = out.get("timings", {})
-    return {"prompt": prompt, "text": out.get("content", ""), "tokens": int(timings.get("predicted_n", 0)),
+    return {"prompt": req["prompt"], "text": out.get("content", ""), "tokens": int(timings.get("predicted_n", 0)),
             "tps": float(timings.get("predicted_per_second", 0.0))}
 
 
 def judge(answers, n_predict):
     """Splits a round's answers (None: no answer) into the answered and the failures: a
-    request is answered only with every token it asked for."""
+    request is answered only with every token it asked for. `n_predict`: one count for
+    every request, or a list, one per request."""
+    wanted = n_predict if isinstance(n_predict, list) else [n_predict] * len(answers)
     done, failed = [], []
     for i, a in enumerate(answers):
         if a is None:
             failed.append((i, "no answer"))
-        elif a["tokens"] != n_predict:
-            failed.append((i, f"{a['tokens']} of {n_predict} tokens"))
+        elif a["tokens"] != wanted[i]:
+            failed.append((i, f"{a['tokens']} of {wanted[i]} tokens"))
         else:
             done.append(a)
     return done, failed
@@ -83,13 +141,21 @@ def summary(label, rounds):
 
 def run(args):
     results = []
-    rounds = [(r, 2 * args.slots) for r in range(2)] if args.slots > 1 else [(r, 1) for r in range(3)]
-    for r, count in rounds:
+    plan = (mixed_plan(args.seed, args.mixed, args.max_words, args.max_predict) if args.mixed
+            else uniform_plan(args.slots, args.n_predict))
+    began = time.monotonic()
+    for r, reqs in enumerate(plan):
+        count = len(reqs)
+        if args.max_seconds and r > 0 and time.monotonic() - began > args.max_seconds:
+            print(f"{args.label} round {r + 1}: FAILED {count} request{'s' if count != 1 else ''} not sent: the run passed --max-seconds "
+                  f"{args.max_seconds:g}")
+            results.append({"round": r + 1, "asked": count, "wall_s": 0.0, "answers": []})
+            continue
         answers, errors = [None] * count, [None] * count
 
         def one(i):
             try:
-                answers[i] = request(args.port, PROMPTS[i % len(PROMPTS)], args.n_predict, args.timeout)
+                answers[i] = request(args.port, reqs[i], args.timeout, args.greedy, args.grammar)
             except Exception as e:  # noqa: BLE001 (a failed request is a finding, reported below)
                 errors[i] = f"{type(e).__name__}: {e}"
 
@@ -100,18 +166,19 @@ def run(args):
         for t in threads:
             t.join()
         wall = time.monotonic() - start
-        done, failed = judge(answers, args.n_predict)
+        done, failed = judge(answers, [q["n_predict"] for q in reqs])
         tokens, rate = round_figures(done, wall)
         speeds = ", ".join("%.1f" % a["tps"] for a in done)
-        how = "at once" if count > 1 else "(one at a time)"
+        how = "at once" if count > 1 else ("(one at a time)" if not args.mixed else "alone")
         print(f"{args.label} round {r + 1}: {len(done)} of {count} requests answered {how}; {tokens} tokens in {wall:.2f} s, "
-              f"{rate:.1f} t/s in all; per request {speeds} t/s")
+              f"{rate:.1f} t/s in all; per request {speeds} t/s", flush=True)
         for i, why in failed:
             print(f"{args.label} round {r + 1}: FAILED request {i}: {why}{' (' + errors[i] + ')' if errors[i] else ''}")
         results.append({"round": r + 1, "asked": count, "wall_s": wall, "answers": done})
     print(summary(args.label, results))
     with open(args.out, "w") as f:
-        json.dump({"label": args.label, "slots": args.slots, "n_predict": args.n_predict, "rounds": results}, f, indent=1)
+        json.dump({"label": args.label, "slots": args.slots, "n_predict": args.n_predict, "mixed": args.mixed,
+                   "seed": args.seed, "rounds": results}, f, indent=1)
     return 0 if all(len(r["answers"]) == r["asked"] for r in results) else 1
 
 
@@ -137,6 +204,13 @@ def main():
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--n-predict", type=int, default=128)
     p.add_argument("--timeout", type=float, default=600, help="seconds a request may take (default 600)")
+    p.add_argument("--mixed", type=int, default=0, metavar="ROUNDS", help="mixed traffic, this many rounds")
+    p.add_argument("--seed", type=int, default=1, help="the mixed traffic's seed (default 1)")
+    p.add_argument("--greedy", action="store_true", help="temperature 0 for every request")
+    p.add_argument("--grammar", action="store_true", help="keep the text to letters (tests that compare texts)")
+    p.add_argument("--max-seconds", type=float, default=0, help="bound on the whole run (default: none)")
+    p.add_argument("--max-words", type=int, default=400, help="--mixed: at most this many prompt words (tests)")
+    p.add_argument("--max-predict", type=int, default=256, help="--mixed: at most this many tokens a request (tests)")
     p.add_argument("--out")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"))
     try:
@@ -145,8 +219,10 @@ def main():
         sys.exit(0 if e.code == 0 else 2)
     if args.compare:
         sys.exit(compare(*args.compare))
-    if not args.port or not args.out or args.slots < 1 or args.n_predict < 1:
-        print("server_load.py: --port, --out, --slots >= 1 and --n-predict >= 1 are needed (--help)", file=sys.stderr)
+    if (not args.port or not args.out or args.slots < 1 or args.n_predict < 1 or args.mixed < 0 or args.max_seconds < 0
+            or args.max_words < 3 or args.max_predict < 1):
+        print("server_load.py: --port, --out, --slots >= 1, --n-predict >= 1, --mixed >= 0, --max-seconds >= 0, "
+              "--max-words >= 3 and --max-predict >= 1 are needed (--help)", file=sys.stderr)
         sys.exit(2)
     sys.exit(run(args))
 
