@@ -8,7 +8,8 @@ so that no figure there is typed by hand:
   part server, the same run on the same machine);
 - PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE), its
   server table (server; SERVER) and the decode paths side by side (decode: part decode
-  with DECODE_MODELS=8b DECODE_TRACE=1, then NCCL_CHAIN_ONLY=1 nccl; DECODE).
+  with DECODE_MODELS=8b DECODE_TRACE=1, then NCCL_CHAIN_ONLY=1 nccl; DECODE), and the
+  server under mixed traffic (part server-mixed; MIXED_BEFORE, MIXED_AFTER, STEADY).
 
     python3 docs/perf/llama_report.py            # rewrites the rendered blocks in place
     python3 docs/perf/llama_report.py --check    # exits 1 where a rendered block differs
@@ -30,6 +31,9 @@ MOVE = "move-h200x2-d1ea59b.txt"
 GLANCE = "glance-h200x2-d1ea59b.txt"
 SERVER = "server-h200x2-d1ea59b.txt"
 DECODE = "decode-h100x2-35cb652.txt"
+MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
+MIXED_AFTER = "server-mixed-h200x2-8a4b3b5.txt"
+STEADY = "replay-steady-h200x2-5548578.txt"
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
 import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
@@ -53,6 +57,10 @@ def server_rows(text):
                          r"([\d.]+) t/s in all$", text, re.M):
         out[m.group(1)] = (int(m.group(2)), int(m.group(3)), int(m.group(4)), float(m.group(5)), float(m.group(6)))
     return out
+
+
+def MIXED_AFTER_DATE(text):
+    return decode_report.stamp(text)["date"]
 
 
 def render_first():
@@ -86,17 +94,25 @@ def render_first():
              f"{llama} with tpar's patches, one run; each column against one GPU of the same API on the same machine; "
              f"random weights):")
     sm_tpar, sm_none, sm_layer = sv["tpar-4"], sv["none-4"], sv["layer-4"]
+    mx_text = decode_report.read(MIXED_AFTER)
+    mx = {l: x for l, seed, x in mixed_runs(mx_text) if seed == 1}  # the last run of each mode
+    mx_tpar, mx_none, mx_layer = mx["mixed-tpar"], mx["mixed-none"], mx["mixed-layer"]
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
-              f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes.")
+              f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
+              f"Under mixed traffic (1 to 10 requests at once, prompts of 3 to 400 words, 8 to 256 tokens; "
+              f"{mx_none[1]} requests, {MIXED_AFTER_DATE(mx_text)}, 2 {gpu}s): tpar {mx_tpar[3]:.1f} s, `-sm layer` "
+              f"{mx_layer[3]:.1f} s, one GPU {mx_none[3]:.1f} s ({mx_none[3] / mx_tpar[3]:.2f}x).")
     c8 = b["cuda2-nccl-p2p-off-8b"]["tg128"][0] / b["cuda-none-8b"]["tg128"][0]
     c70 = b["cuda2-nccl-p2p-off-70b20"]["tg64"][0] / b["cuda-none-70b20"]["tg64"][0]
     verdict = (f"**So:** for a large model (the 70B shapes) `-sm tensor` with tpar beats one GPU and `-sm layer` for the "
                f"prompt ({min(v[0] for v in big):.2f}-{max(v[0] for v in big):.2f}x) and for generation "
                f"({min(v[1] for v in big):.2f}-{max(v[1] for v in big):.2f}x); for an 8B model it is faster for the prompt "
-               f"({min(v[0] for v in small):.2f}-{max(v[0] for v in small):.2f}x) and for a server of several users, but one "
-               f"stream decodes slower than on one GPU ({min(v[1] for v in small):.2f}-{max(v[1] for v in small):.2f}x): each "
-               f"of a token's 64 AllReduces pays a semaphore hop between the GPUs (docs/design/decode-host.md). CUDA with "
+               f"({min(v[0] for v in small):.2f}-{max(v[0] for v in small):.2f}x) and for a server whose users' requests run "
+               f"together, but one stream decodes slower than on one GPU ({min(v[1] for v in small):.2f}-"
+               f"{max(v[1] for v in small):.2f}x), and a server under mixed traffic serves "
+               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate: each GPU's own share of a token's work is most of one GPU's whole token "
+               f"(docs/design/relay-on-the-token.md). CUDA with "
                f"NCCL staged through host memory, as tpar must be, decodes these Q8_0 models at {c8:.2f}x and {c70:.2f}x of "
                f"its one GPU on the same machine: tpar is {'at or above' if small[0][1] >= c8 and big[0][1] >= c70 else 'below'} "
                f"CUDA's ratios ({small[0][1]:.2f}x and {big[0][1]:.2f}x). CUDA was timed on the Q8_0 models only.")
@@ -124,7 +140,78 @@ def render():
     blocks = render_first()
     blocks.update(render_move())
     blocks.update(render_decode())
+    blocks.update(render_mixed())
     return blocks
+
+
+def mixed_runs(text):
+    """[(label, seed, (answered, asked, tokens, seconds, t/s))] in the log's order: each
+    '## llama-server LABEL: ... --seed N' header and the summary line of its requests."""
+    out, head = [], None
+    for line in text.splitlines():
+        m = re.match(r"## llama-server (mixed-[a-z-]+): .*--mixed 16 --seed (\d+)", line)
+        if m:
+            head = (m.group(1), int(m.group(2)))
+            continue
+        m = re.match(r"(mixed-[a-z-]+): (\d+) of (\d+) requests answered, \d+ failed; (\d+) tokens in ([\d.]+) s, "
+                     r"([\d.]+) t/s in all$", line)
+        if m and head and m.group(1) == head[0]:
+            out.append((head[0], head[1], (int(m.group(2)), int(m.group(3)), int(m.group(4)), float(m.group(5)),
+                                           float(m.group(6)))))
+            head = None
+    return out
+
+
+def render_mixed():
+    before, after = decode_report.read(MIXED_BEFORE), decode_report.read(MIXED_AFTER)
+    st_b, st_a = decode_report.stamp(before), decode_report.stamp(after)
+    rb = [r for r in mixed_runs(before) if r[1] == 1]
+    ra = [r for r in mixed_runs(after) if r[1] == 1]
+
+    def first(runs, label):
+        return next(x for l, _, x in runs if l == label)
+    none_b, none_a = first(rb, "mixed-none")[3], first(ra, "mixed-none")[3]
+    names = [("mixed-none", "`-sm none`, one GPU"), ("mixed-layer", "`-sm layer`, 2 GPUs"),
+             ("mixed-tpar-eager", "tpar, recording for replay when first seen (`GGML_VK_REPLAY_EAGER=1`, the rule before)"),
+             ("mixed-tpar-noreplay", "tpar, replay off (`GGML_VK_DISABLE_REPLAY=1`)"),
+             ("mixed-tpar", "tpar, recording for replay when seen twice (the default now)"),
+             ("mixed-ggml", "ggml's own AllReduce, 2 GPUs")]
+    rows = []
+    for label, name in names:
+        cells = []
+        for runs, none in ((rb, none_b), (ra, none_a)):
+            xs = [x for l, _, x in runs if l == label]
+            if not xs:
+                cells.append("")
+                continue
+            if any(x[0] != x[1] for x in xs):
+                raise ValueError(f"{label}: a request went unanswered")
+            cells.append(" / ".join(f"{x[3]:.1f} s ({none / x[3]:.2f}x)" for x in xs))
+        rows.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    asked = first(ra, "mixed-none")
+    steady = decode_report.benches(decode_report.read(STEADY))
+
+    def tg(label):
+        return steady[label]["tg128"]
+    table = "\n".join([
+        f"| mode | before the staging change ({MIXED_BEFORE.split('-')[3].split('.')[0]}): time for the 16 rounds "
+        f"(one GPU's rate = 1.00x) | after ({MIXED_AFTER.split('-')[3].split('.')[0]}) |",
+        "|---|---|---|",
+        *rows,
+    ])
+    head = (f"{st_a['n']} × {st_a['gpu']} (driver {st_a['driver']}), {st_a['date']}, llama-server on the Llama-3-8B "
+            f"shapes (q8_0, random weights), `-c 16384 -np 4`, `scripts/server_load.py --mixed 16 --seed 1`: "
+            f"{asked[1]} requests in 16 rounds of 1 to 10 at once, {asked[2]} tokens, every request answered in every "
+            f"mode. Two runs: tree {st_b['tree']} (the code of {MIXED_BEFORE.split('-')[3].split('.')[0]}: replay "
+            f"recording at second sight) and tree {st_a['tree']} (the code of "
+            f"{MIXED_AFTER.split('-')[3].split('.')[0]}: staging that stops shrinking under alternating steps); where "
+            f"a cell holds two figures, the mode ran twice in that run. Raw: [perf/raw/{MIXED_BEFORE}](perf/raw/"
+            f"{MIXED_BEFORE}), [perf/raw/{MIXED_AFTER}](perf/raw/{MIXED_AFTER}).")
+    s2, e2, o2 = tg("replay-second-8b-2"), tg("replay-eager-8b-2"), tg("replay-off-8b-2")
+    note = (f"Steady decode under the same rules (`llama-bench -p 0 -n 128 -r 3`, 2 GPUs, the second of two turns, "
+            f"[raw](perf/raw/{STEADY})): recording at second sight {s2[0]:.1f} ± {s2[1]:.1f} t/s, at first sight "
+            f"{e2[0]:.1f} ± {e2[1]:.1f}, replay off {o2[0]:.1f} ± {o2[1]:.1f}.")
+    return {"server-mixed": head + "\n\n" + table + "\n\n" + note}
 
 
 def decode_chains(text):
