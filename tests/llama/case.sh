@@ -24,6 +24,32 @@ run() {
   cat "$dir/$label.out"
   grep "tpar" "$dir/$label.log" || true
 }
+# server_up LABEL SLOTS CONTEXT [ENV...]: a llama-server with -sm tensor on the dense
+# model over two lavapipe devices, its log in $dir/LABEL-server.log; sets server_port and
+# server_pid once it answers /health, or fails the case. server_down stops it.
+server_up() {
+  local label=$1 slots=$2 ctx=$3; shift 3
+  server_port=$((20000 + RANDOM % 20000))
+  env "$@" GGML_VK_VISIBLE_DEVICES=0,0 TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/dense.gguf" -ngl 99 -fa on \
+      -sm tensor -c "$ctx" -np "$slots" --no-warmup --host 127.0.0.1 --port "$server_port" > "$dir/$label-server.log" 2>&1 &
+  server_pid=$!
+  local ready=0
+  for _ in $(seq 1 240); do
+    if curl -sf "http://127.0.0.1:$server_port/health" > /dev/null 2>&1; then ready=1; break; fi
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  if [[ $ready -ne 1 ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    tail -30 "$dir/$label-server.log"
+    fail "$label: llama-server did not come up"
+  fi
+}
+server_down() {  # LABEL
+  kill -INT "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  grep "tpar" "$dir/$1-server.log" || true
+}
 compare() {  # A B [--exact | --bound X]
   "$BIN/tpar-llama-logits" compare "$dir/$1.logits" "$dir/$2.logits" "${@:3}" || fail "$1 vs $2 ${*:3}"
 }
@@ -265,27 +291,12 @@ case "$name" in
     [[ -x "$BIN/llama-server" ]] || fail "no llama-server in $BIN"
     mixed_serve() {  # LABEL SLOTS CONTEXT "LOAD ARGS" [ENV...]
       local label=$1 slots=$2 ctx=$3 load=$4; shift 4
-      local port=$((20000 + RANDOM % 20000))
-      env "$@" GGML_VK_VISIBLE_DEVICES=0,0 TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/dense.gguf" -ngl 99 -fa on \
-          -sm tensor -c "$ctx" -np "$slots" --no-warmup --host 127.0.0.1 --port "$port" > "$dir/$label-server.log" 2>&1 &
-      local pid=$! ready=0
-      for _ in $(seq 1 240); do
-        if curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1; then ready=1; break; fi
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.5
-      done
-      if [[ $ready -ne 1 ]]; then
-        kill "$pid" 2>/dev/null || true
-        tail -30 "$dir/$label-server.log"
-        fail "$label: llama-server did not come up"
-      fi
+      server_up "$label" "$slots" "$ctx" "$@"
       local rc=0
       # shellcheck disable=SC2086
-      python3 "$here/../../scripts/server_load.py" --port "$port" --label "$label" --slots "$slots" $load --grammar \
+      python3 "$here/../../scripts/server_load.py" --port "$server_port" --label "$label" --slots "$slots" $load --grammar \
         --timeout 300 --out "$dir/$label.json" || rc=$?
-      kill -INT "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
-      grep "tpar" "$dir/$label-server.log" || true
+      server_down "$label"
       [[ $rc -eq 0 ]] || fail "$label: a request was not answered"
     }
     # (Prompts of at most 48 words and 32 tokens a request: lavapipe is a CPU.)
@@ -309,29 +320,13 @@ case "$name" in
     requests=3
     serve() {  # LABEL [ENV...]: $requests completions from a fresh server into $dir/LABEL-{1,2,...}.json
       local label=$1; shift
-      local port=$((20000 + RANDOM % 20000))
-      env "$@" GGML_VK_VISIBLE_DEVICES=0,0 TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/dense.gguf" -ngl 99 -fa on \
-          -sm tensor -c 1024 -np 1 --no-warmup --host 127.0.0.1 --port "$port" > "$dir/$label-server.log" 2>&1 &
-      local pid=$!
-      local ready=0
-      for _ in $(seq 1 240); do
-        if curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1; then ready=1; break; fi
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.5
-      done
-      if [[ $ready -ne 1 ]]; then
-        kill "$pid" 2>/dev/null || true
-        tail -30 "$dir/$label-server.log"
-        fail "$label: llama-server did not come up"
-      fi
+      server_up "$label" 1 1024 "$@"
       for k in $(seq 1 $requests); do
-        curl -sf -m 300 "http://127.0.0.1:$port/completion" -H 'Content-Type: application/json' \
+        curl -sf -m 300 "http://127.0.0.1:$server_port/completion" -H 'Content-Type: application/json' \
           -d '{"prompt": "The quick brown fox jumps over the lazy dog, and then", "n_predict": 32, "temperature": 0, "ignore_eos": true, "cache_prompt": false, "grammar": "root ::= [a-z ]+"}' \
-          > "$dir/$label-$k.json" || { kill "$pid"; fail "$label: request $k failed"; }
+          > "$dir/$label-$k.json" || { kill "$server_pid"; fail "$label: request $k failed"; }
       done
-      kill -INT "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
-      grep "tpar" "$dir/$label-server.log" || true
+      server_down "$label"
     }
     serve ggml GGML_VK_DISABLE_TPAR=1
     serve tpar TPAR_WIRE=f32
