@@ -5,7 +5,7 @@
 // atomic 8-byte load, a compare, a branchy subnormal flush, then a second pass to add),
 // a 16 KiB payload's 32 KiB of units took 5.8-8.6 us on an H200 host, and the same loop
 // ran at the same ~5 GB/s on values already in L1 on a 2-core EPYC: the loop's
-// instructions, not memory, bound it (docs/design/relay-floor.md). Here the units are
+// instructions, not memory, bound it (docs/design/relay-on-the-token.md). Here the units are
 // read 4 (SSE2, every x86-64) or 8 (AVX2, chosen at run time) at a time, their stamps
 // checked together and the values added in the same pass.
 //
