@@ -468,8 +468,15 @@ class RelayHub {
   }
 
   // Every publish area back to zero (no stamp), when stamps are about to repeat.
+  // Word by word, as atomics: the host touches a device's words only through atomic
+  // accesses, so that a host thread standing in for a device (the tests) shares them
+  // race-free too. Once per 2^32 calls; its cost does not matter.
   void scrub() {
-    for (auto& s : devices_) std::memset(s.publish->data, 0, s.publish->size);
+    for (auto& s : devices_) {
+      auto* w = static_cast<std::uint64_t*>(s.publish->data);
+      for (vk::DeviceSize i = 0; i < s.publish->size / sizeof(std::uint64_t); ++i)
+        std::atomic_ref<std::uint64_t>(w[i]).store(0, std::memory_order_relaxed);
+    }
   }
 
   // Lets the collect batches of call `sequence` go, on devices that wait at the queue.
