@@ -440,6 +440,9 @@ struct HubRig {
 }  // namespace
 
 TEST_CASE("relay sum: the vector loop equals the one-value loop bit for bit, and stops at the first unit not yet stamped") {
+  // (Every path writes 0x7FC00000 for a NaN sum: which payload an addition keeps is the
+  // compiler's and the instruction's choice; the SSE2 loop and the one-value loop once kept
+  // different ones.)
   // Values of every kind the flush and the add treat apart: zeros of both signs,
   // subnormals, the smallest normals, sums that fall below them, infinities, NaN.
   const std::uint32_t specials[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x00800000u, 0x80800000u,
@@ -460,14 +463,32 @@ TEST_CASE("relay sum: the vector loop equals the one-value loop bit for bit, and
         u[i] = (std::uint64_t{stamp} << 32) | bits;
       }
     }
-    std::vector<float> vec(m), one(m);
+    std::vector<float> vec(m), one(m), sse(m);
     for (std::size_t d = 0; d < 3; ++d) {
       CHECK(detail::relay_accumulate(units[d].data(), m, stamp, vec.data(), d == 0) == m);
       CHECK(detail::relay_accumulate(units[d].data(), m, stamp, one.data(), d == 0, true) == m);
+#ifdef TPAR_RELAY_SUM_SSE2
+      // The SSE2 loop too, which a CPU with AVX2 never takes by itself.
+      CHECK(detail::relay_accumulate_sse2(units[d].data(), m, stamp, sse.data(), d == 0) == m);
+#else
+      sse = one;
+#endif
     }
     for (std::size_t i = 0; i < m; ++i) {
       CAPTURE(i);
       REQUIRE(std::bit_cast<std::uint32_t>(vec[i]) == std::bit_cast<std::uint32_t>(one[i]));
+      REQUIRE(std::bit_cast<std::uint32_t>(sse[i]) == std::bit_cast<std::uint32_t>(one[i]));
+    }
+    // A NaN sum is the one quiet NaN on every path, whatever payloads went in.
+    {
+      std::vector<std::uint64_t> a(m + 8, (std::uint64_t{stamp} << 32) | 0x7FADA935u),  // a signalling NaN
+          b(m + 8, (std::uint64_t{stamp} << 32) | 0xFFC01234u);                         // a quiet one, another payload
+      for (const bool scalar : {false, true}) {
+        std::vector<float> acc(m);
+        detail::relay_accumulate(a.data(), m, stamp, acc.data(), true, scalar);
+        detail::relay_accumulate(b.data(), m, stamp, acc.data(), false, scalar);
+        for (std::size_t i = 0; i < m; ++i) REQUIRE(std::bit_cast<std::uint32_t>(acc[i]) == detail::relay_quiet_nan);
+      }
     }
     // A unit with an older stamp: everything before it is added, nothing from it on.
     for (std::size_t late : {std::size_t{0}, m / 2, m - 1}) {
@@ -479,6 +500,11 @@ TEST_CASE("relay sum: the vector loop equals the one-value loop bit for bit, and
         expect[i] = detail::flush_subnormal(std::bit_cast<float>(static_cast<std::uint32_t>(u[i])));
       CHECK(detail::relay_accumulate(u.data(), m, stamp, acc.data(), true) == late);
       for (std::size_t i = 0; i < m; ++i) CHECK(std::bit_cast<std::uint32_t>(acc[i]) == std::bit_cast<std::uint32_t>(expect[i]));
+#ifdef TPAR_RELAY_SUM_SSE2
+      std::vector<float> acc2(m, -7.0f);
+      CHECK(detail::relay_accumulate_sse2(u.data(), m, stamp, acc2.data(), true) == late);
+      for (std::size_t i = 0; i < m; ++i) CHECK(std::bit_cast<std::uint32_t>(acc2[i]) == std::bit_cast<std::uint32_t>(expect[i]));
+#endif
     }
   }
 }

@@ -16,7 +16,9 @@
 // taken one by one and the function returns that unit's index, so the caller can wait
 // for it and call again from there. The arithmetic is the scalar code's, lane by lane
 // (flush the value, add in f32 with round-to-nearest, flush the result), so the sum is
-// bit-identical on every path.
+// bit-identical on every path. A sum that is NaN becomes the one quiet NaN 0x7FC00000:
+// which operand's payload an addition keeps is the instruction's and the compiler's
+// choice (the one-value loop and the SSE2 loop kept different ones), not the data's.
 #pragma once
 
 #include <tpar/detail/wire_codec.hpp>
@@ -54,6 +56,9 @@ inline std::uint64_t relay_load_unit(const std::uint64_t* unit) {
   return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(unit)).load(std::memory_order_relaxed);
 }
 
+// The NaN every path writes for a sum that is NaN.
+inline constexpr std::uint32_t relay_quiet_nan = 0x7FC00000u;
+
 // Scalar: units [i, m) into acc while they carry `stamp`; returns where it stopped.
 inline std::size_t relay_accumulate_scalar(const std::uint64_t* units, std::size_t i, std::size_t m,
                                            std::uint32_t stamp, float* acc, bool first) {
@@ -61,7 +66,12 @@ inline std::size_t relay_accumulate_scalar(const std::uint64_t* units, std::size
     const std::uint64_t u = relay_load_unit(units + i);
     if (static_cast<std::uint32_t>(u >> 32) != stamp) return i;
     const float v = flush_subnormal(std::bit_cast<float>(static_cast<std::uint32_t>(u)));
-    acc[i] = first ? v : flush_subnormal(acc[i] + v);  // acc is flushed already
+    if (first) {
+      acc[i] = v;
+    } else {
+      const float r = flush_subnormal(acc[i] + v);  // acc is flushed already
+      acc[i] = r != r ? std::bit_cast<float>(relay_quiet_nan) : r;
+    }
   }
   return m;
 }
@@ -85,7 +95,14 @@ inline std::size_t relay_accumulate_sse2(const std::uint64_t* units, std::size_t
     const __m128i stamps = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
     if (_mm_movemask_epi8(_mm_cmpeq_epi32(stamps, want)) != 0xFFFF) break;
     const __m128 v = relay_flush4(_mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm_storeu_ps(acc + i, first ? v : relay_flush4(_mm_add_ps(_mm_loadu_ps(acc + i), v)));
+    if (first) {
+      _mm_storeu_ps(acc + i, v);
+    } else {
+      const __m128 r = relay_flush4(_mm_add_ps(_mm_loadu_ps(acc + i), v));
+      const __m128 nan = _mm_cmpunord_ps(r, r);
+      const __m128 quiet = _mm_castsi128_ps(_mm_set1_epi32(static_cast<int>(relay_quiet_nan)));
+      _mm_storeu_ps(acc + i, _mm_or_ps(_mm_and_ps(nan, quiet), _mm_andnot_ps(nan, r)));
+    }
   }
   return relay_accumulate_scalar(units, i, m, stamp, acc, first);
 }
@@ -110,7 +127,13 @@ __attribute__((target("avx2"))) inline std::size_t relay_accumulate_avx2(const s
     const __m256i stamps = _mm256_permute2x128_si256(a, b, 0x31);
     if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(stamps, want)) != -1) break;
     const __m256 v = relay_flush8(_mm256_castsi256_ps(_mm256_permute2x128_si256(a, b, 0x20)));
-    _mm256_storeu_ps(acc + i, first ? v : relay_flush8(_mm256_add_ps(_mm256_loadu_ps(acc + i), v)));
+    if (first) {
+      _mm256_storeu_ps(acc + i, v);
+    } else {
+      const __m256 r = relay_flush8(_mm256_add_ps(_mm256_loadu_ps(acc + i), v));
+      const __m256 quiet = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(relay_quiet_nan)));
+      _mm256_storeu_ps(acc + i, _mm256_blendv_ps(r, quiet, _mm256_cmp_ps(r, r, _CMP_UNORD_Q)));
+    }
   }
   return relay_accumulate_scalar(units, i, m, stamp, acc, first);
 }
