@@ -59,10 +59,6 @@ def server_rows(text):
     return out
 
 
-def MIXED_AFTER_DATE(text):
-    return decode_report.stamp(text)["date"]
-
-
 def render_first():
     """README's first screen and PERFORMANCE's server table, from one run's logs (one machine, three commands back to back)."""
     text = decode_report.read(GLANCE)
@@ -101,7 +97,7 @@ def render_first():
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
               f"Under mixed traffic (1 to 10 requests at once, prompts of 3 to 400 words, 8 to 256 tokens; "
-              f"{mx_none[1]} requests, {MIXED_AFTER_DATE(mx_text)}, 2 {gpu}s): tpar {mx_tpar[3]:.1f} s, `-sm layer` "
+              f"{mx_none[1]} requests, {decode_report.stamp(mx_text)['date']}, 2 {gpu}s): tpar {mx_tpar[3]:.1f} s, `-sm layer` "
               f"{mx_layer[3]:.1f} s, one GPU {mx_none[3]:.1f} s ({mx_none[3] / mx_tpar[3]:.2f}x).")
     c8 = b["cuda2-nccl-p2p-off-8b"]["tg128"][0] / b["cuda-none-8b"]["tg128"][0]
     c70 = b["cuda2-nccl-p2p-off-70b20"]["tg64"][0] / b["cuda-none-70b20"]["tg64"][0]

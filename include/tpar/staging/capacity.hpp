@@ -35,7 +35,6 @@ class Capacity {
       // before the next.
       if (last_shrank_ && since_change_ <= 4 * patience()) doublings_ = std::min(doublings_ + 1, max_doublings);
       last_shrank_ = false;
-      since_small_ = 0;
       return change(std::max(required, current_ + current_ / 4));
     }
     since_small_ = shrink_ratio * required > current_ ? 0 : since_small_ + 1;
@@ -53,6 +52,7 @@ class Capacity {
   std::uint64_t change(std::uint64_t bytes) {
     current_ = std::max(granule, (bytes + granule - 1) / granule * granule);
     since_change_ = 0;
+    since_small_ = 0;  // "small" was against the old capacity
     return current_;
   }
 

@@ -188,8 +188,8 @@ class RelayHub {
       for (std::size_t i = 0; i < max_count; ++i) peers_[p][i] = relay_host_peer_value(p, i);
     }
     log(LogLevel::info, std::string("relay: the host thread sums ") +
-                            (config_.scalar_sum ? "one value a step (TPAR_RELAY_SUM=scalar)" : "with ") +
-                            (config_.scalar_sum ? "" : relay_accumulate_path()));
+                            (config_.scalar_sum ? std::string("one value a step (TPAR_RELAY_SUM=scalar)")
+                                                : std::string("with ") + relay_accumulate_path()));
     thread_ = std::thread([this] { run(); });
   }
 
