@@ -39,9 +39,11 @@
 #             MOVE_TREES=new times the bundle's tree alone, without bin-old)
 #   decode    a token's AllReduce boundary, each decode path side by side in one run: the
 #             chain (tpar-bench --chain 64, 58 MiB of weights a step, wiring streams) at
-#             4/16/64 KiB with OneShot, the relay and the relay summing one value a step;
+#             4/16/64 KiB with OneShot, the relay, the relay summing one value a step and
+#             the relay with TPAR_STREAM_HOLD=1;
 #             then llama-bench decode with -sm none on one GPU and -sm tensor with tpar
-#             on 2 (the automatic choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay): Llama-3-8B's
+#             on 2 (the automatic choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay, and the relay
+#             with TPAR_STREAM_HOLD=1, each call its own submission): Llama-3-8B's
 #             shapes q8_0 and Q4_K_M (tg128, and -d 8192 -n 128), 70B's with 20 layers
 #             (tg64) and the 32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
@@ -604,16 +606,21 @@ decode_rows() {  # TAG MODEL ARGS
   bench "tpar2-auto-$1" "$2" 2 tensor "$3"
   bench "tpar2-oneshot-$1" "$2" 2 tensor "$3" TPAR_ALGO=oneshot
   bench "tpar2-relay-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay
+  bench "tpar2-relay-hold1-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
+  # one GPU again: the first run after a model is made can find the GPU cold
+  bench "none2-$1" "$2" 1 none "$3"
 }
 
 run_decode() {
   say "part decode"
   if [[ ${DECODE_CHAIN:-1} != 0 ]]; then
     local how
-    for how in "oneshot" "relay" "relay --relay-sum scalar"; do
-      echo "## tpar-bench --devices $(visible 2) --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
+    for how in "oneshot" "relay" "relay --relay-sum scalar" "relay hold1"; do
+      local hold=16
+      [[ $how == "relay hold1" ]] && { how=relay; hold=1; }
+      echo "## TPAR_STREAM_HOLD=$hold tpar-bench --devices $(visible 2) --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
       # shellcheck disable=SC2086
-      "$bin/tpar-bench" --devices "$(visible 2)" --chain 64 --chain-work 58M --chain-wiring streams --algo $how \
+      TPAR_STREAM_HOLD=$hold "$bin/tpar-bench" --devices "$(visible 2)" --chain 64 --chain-work 58M --chain-wiring streams --algo $how \
         --sizes 4K,16K,64K -n 20 -r "$reps" -q >> "$log" 2>&1 || part_fail "decode chain $how"
     done
   fi

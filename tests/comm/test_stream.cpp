@@ -340,3 +340,86 @@ TEST_CASE("streams: a stream outside an AllReduce submits at once") {
   CHECK(chain.sides[0]->stream->queue().counts().submits == before + 1);
   REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[0].handle()) == VK_SUCCESS);
 }
+
+TEST_CASE("streams: relay calls are held with the host's work on every device and released together") {
+  // The relay's batches wait on no other device (on lavapipe its queues wait for the host
+  // thread's sum), so the streams hold them with the host's work: a call goes out at once
+  // while a device has no more than one earlier release to run, else every `hold` calls.
+  // The gate keeps the GPUs from finishing anything until every step is enqueued, which
+  // makes the releases' count exact.
+  for (std::uint32_t n : {2u, 3u}) {
+    VkEnv env(n, {.sync_validation = false});
+    if (!env.ok()) continue;
+    for (std::uint32_t hold : {1u, 4u, 16u}) {
+      CAPTURE(n);
+      CAPTURE(hold);
+      Options o = test_opts();
+      o.algo = AlgoChoice::relay;
+      o.stream_hold = hold;
+      auto comm = make_communicator(env.group(), o);
+      const std::size_t steps = 40;
+      Chain chain(env.group(), 4096, steps, 500 * n + hold);
+      std::vector<std::uint64_t> before;
+      for (std::size_t d = 0; d < n; ++d) before.push_back(chain.sides[d]->stream->queue().counts().submits);
+      TestTimeline gate(env.group()[0].handle());
+      StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+      run_chain(chain, ar, &gate);
+      CHECK(comm.last_call().algorithm == "relay");
+      if (hold == 1) {
+        CHECK(ar.held_calls() == 0);
+        continue;
+      }
+      CHECK(ar.held_calls() == steps);
+      // two at once (the GPUs have nothing queued), then one release per `hold` calls, and
+      // the last calls' at the flush
+      const std::uint64_t expect = 2 + (steps - 2 + hold - 1) / hold;
+      CHECK(ar.hold_releases() == expect);
+      for (std::size_t d = 0; d < n; ++d) {
+        CAPTURE(d);
+        const auto submits = chain.sides[d]->stream->queue().counts().submits - before[d];
+        MESSAGE("n " << n << ", hold " << hold << ": device " << d << " made " << submits << " vkQueueSubmit for " << steps
+                     << " steps, " << ar.hold_releases() << " releases");
+        CHECK(submits <= expect + 2);  // and the final host step's
+      }
+    }
+  }
+}
+
+TEST_CASE("streams: a fenced submission on one device releases the calls every device holds") {
+  // A device's relay part waits for its peers': submitting one device's held work alone
+  // and waiting for it (ggml's synchronize) would wait for a peer's part still held.
+  VkEnv env(2, {.sync_validation = false});
+  if (!env.ok()) return;
+  Options o = test_opts();
+  o.algo = AlgoChoice::relay;
+  o.stream_hold = 64;
+  auto comm = make_communicator(env.group(), o);
+  const std::size_t steps = 6;
+  Chain chain(env.group(), 1024, steps, 77);
+  TestTimeline gate(env.group()[0].handle());  // the GPUs finish nothing until it opens
+  StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+  const auto spans = chain.spans();
+  for (std::size_t k = 0; k < steps; ++k) {
+    for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, k, k == 0 && d == 0 ? &gate : nullptr);
+    (void)ar.allreduce(spans);
+  }
+  // the first two went out at once; the rest is held on both devices
+  CHECK(ar.held_calls() == steps);
+  CHECK(ar.hold_releases() == 2);
+  CHECK(chain.sides[0]->stream->holds_call());
+  CHECK(chain.sides[1]->stream->holds_call());
+  for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, steps);
+  gate.signal(1);
+  vk::FenceCreateInfo fi;
+  vk::Fence fence;
+  REQUIRE(env.group()[1].handle().createFence(&fi, nullptr, &fence) == vk::Result::eSuccess);
+  chain.sides[1]->stream->submit(std::span<const vk::SubmitInfo>{}, fence);
+  CHECK_FALSE(chain.sides[0]->stream->holds_call());
+  CHECK_FALSE(chain.sides[1]->stream->holds_call());
+  const auto timeout_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(test_timeout).count());
+  CHECK(env.group()[1].handle().waitForFences(1, &fence, VK_TRUE, timeout_ns) == vk::Result::eSuccess);
+  env.group()[1].handle().destroyFence(fence);
+  ar.flush();
+  for (std::size_t d = 0; d < 2; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
+  chain.check();
+}

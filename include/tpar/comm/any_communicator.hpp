@@ -24,11 +24,13 @@ class AnyCommunicator {
   // Submits the deferred calls (AllreduceArgs::defer); see Communicator::flush.
   void flush() { impl_->flush(); }
   std::size_t deferred() const { return impl_->deferred(); }
-  // See Communicator::take_pending, handed, set_before_wait (what tpar::Stream uses).
+  // See Communicator::take_pending, handed, pending_waits_on_host_only, set_before_wait
+  // (what tpar::Stream uses).
   bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) {
     return impl_->take_pending(out, leading, carry);
   }
   void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) { impl_->handed(out, reached, ok); }
+  bool pending_waits_on_host_only() const { return impl_->pending_waits_on_host_only(); }
   void set_before_wait(std::function<void()> f) { impl_->set_before_wait(std::move(f)); }
   // See Communicator::per_device.
   bool per_device(std::size_t count, std::uint32_t contributing = ~0u) { return impl_->per_device(count, contributing); }
@@ -62,6 +64,7 @@ class AnyCommunicator {
     virtual std::size_t deferred() const = 0;
     virtual bool take_pending(std::vector<detail::BatchList>&, std::vector<std::size_t>&, bool&) = 0;
     virtual void handed(std::vector<detail::BatchList>&, std::span<const std::size_t>, bool) = 0;
+    virtual bool pending_waits_on_host_only() const = 0;
     virtual void set_before_wait(std::function<void()>) = 0;
     virtual bool per_device(std::size_t, std::uint32_t) = 0;
     virtual const DeviceGroup& group() const = 0;
@@ -88,6 +91,7 @@ class AnyCommunicator {
     void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) override {
       comm.handed(out, reached, ok);
     }
+    bool pending_waits_on_host_only() const override { return comm.pending_waits_on_host_only(); }
     void set_before_wait(std::function<void()> f) override { comm.set_before_wait(std::move(f)); }
     bool per_device(std::size_t count, std::uint32_t contributing) override { return comm.per_device(count, contributing); }
     const DeviceGroup& group() const override { return comm.group(); }

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -82,6 +83,7 @@ class Stream {
   // batches' arrays need not outlive the call). `fence`: submitted at once, with
   // everything held before it, and signalled when all of it is done.
   void submit(std::span<const vk::SubmitInfo> batches, vk::Fence fence = {}) {
+    if (fence) release_held_calls();
     std::lock_guard lock(mutex_);
     held_.append(batches);
     if (!holding_ || fence) flush_locked(fence);
@@ -94,6 +96,7 @@ class Stream {
   // the queue in one vkQueueSubmit, with `fence` where given (alone if nothing is held).
   // Throws Error on a failed submission; what was held is dropped then.
   void flush(vk::Fence fence = {}) {
+    release_held_calls();
     std::lock_guard lock(mutex_);
     flush_locked(fence);
   }
@@ -151,6 +154,64 @@ class Stream {
       return false;
     }
   }
+  // For StreamAllreduce: held work, then `calls`'s batches (none of which waits on
+  // another device), all held: they go out with the stream's next submission, on every
+  // device together (flush_held(), or the group's hook before any flush).
+  void hold_with(detail::BatchList& calls) {
+    std::lock_guard lock(mutex_);
+    out_.clear();
+    out_.append(carried_);
+    out_.append(held_);
+    out_.append(calls.infos(false));
+    carried_.clear();
+    carried_call_ = 0;
+    std::swap(held_, out_);
+    out_.clear();
+    holds_call_.store(true, std::memory_order_release);
+  }
+  // For StreamAllreduce: everything held to the queue in one submission that signals the
+  // stream's hold timeline (flushes_done() sees it done). False where it failed.
+  bool flush_held() noexcept {
+    std::lock_guard lock(mutex_);
+    if (carried_.empty() && held_.empty()) return true;
+    try {
+      await_carried();
+      out_.clear();
+      out_.append(carried_);
+      out_.append(held_);
+      carried_.clear();
+      held_.clear();
+      if (!hold_timeline_.handle()) hold_timeline_ = Timeline(device_);
+      out_.add_signal(hold_timeline_.handle(), hold_signalled_ + 1);
+      submit_out({});
+      ++hold_signalled_;
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+  // Submissions flush_held() made, and how many of them the GPU finished (all of them
+  // where the count cannot be read: a lost device fails the next wait anyway).
+  std::uint64_t flushes() const {
+    std::lock_guard lock(mutex_);
+    return hold_signalled_;
+  }
+  std::uint64_t flushes_done() const {
+    std::lock_guard lock(mutex_);
+    if (!hold_timeline_.handle()) return hold_signalled_;
+    std::uint64_t v = 0;
+    return device_.getSemaphoreCounterValue(hold_timeline_.handle(), &v) == vk::Result::eSuccess ? v : hold_signalled_;
+  }
+  // Whether this stream holds a call hold_with() gave it.
+  bool holds_call() const { return holds_call_.load(std::memory_order_acquire); }
+  // For StreamAllreduce: called, outside the stream's lock, before this stream submits
+  // with a fence or is flushed while it holds a call, so that every device's held calls
+  // go out together (a device's relay kernel waits for its peers' parts).
+  void set_release(std::function<void()> f) {
+    std::lock_guard lock(mutex_);
+    release_ = std::move(f);
+  }
+
   // For StreamAllreduce: what the stream carries of tpar's last call, to the queue now
   // (the host's held work stays). False where the submission failed.
   bool flush_carried() noexcept {
@@ -203,6 +264,17 @@ class Stream {
                                           std::to_string(carried_call_) + " within the timeout");
   }
 
+  // Every device's held calls to the queues (the group's hook) where this one holds one.
+  void release_held_calls() {
+    if (!holds_call_.load(std::memory_order_acquire)) return;
+    std::function<void()> f;
+    {
+      std::lock_guard lock(mutex_);
+      f = release_;
+    }
+    if (f) f();
+  }
+
   void flush_locked(vk::Fence fence) {
     if (carried_.empty() && held_.empty() && !fence) return;
     await_carried();
@@ -218,6 +290,7 @@ class Stream {
     const auto infos = out_.infos(true);
     const vk::Result r = queue_.submit(infos, fence);
     out_.clear();
+    if (held_.empty()) holds_call_.store(false, std::memory_order_release);  // it went with this submission
     if (r != vk::Result::eSuccess)
       throw Error(detail::code_for(r), "vkQueueSubmit (tpar::Stream): " + vk::to_string(r), r);
   }
@@ -235,6 +308,10 @@ class Stream {
   std::size_t gate_index_ = 0;
   std::chrono::nanoseconds gate_timeout_{0};
   std::uint64_t carried_call_ = 0;  // the call whose batches carried_ holds (0: none numbered)
+  Timeline hold_timeline_;         // signalled by flush_held()'s submissions (made at the first)
+  std::uint64_t hold_signalled_ = 0;
+  std::atomic<bool> holds_call_{false};
+  std::function<void()> release_;
 };
 
 // AllReduces over streams, one per device of the communicator's group in device order.
@@ -267,13 +344,17 @@ class StreamAllreduce {
                                                      " is not on the compute queue tpar uses for device " + std::to_string(d));
     }
     ready_.resize(streams_.size());
+    hold_ = std::max<std::uint32_t>(1, comm_.options().stream_hold);
     for (std::size_t d = 0; d < streams_.size(); ++d) streams_[d]->set_gate(&gate_, d, comm_.options().timeout);
+    for (auto* s : streams_) s->set_release([this] { release_held(); });
     for (auto* s : streams_) s->set_holding(true);
     comm_.set_before_wait([this] { before_wait(); });
   }
   StreamAllreduce(const StreamAllreduce&) = delete;
   StreamAllreduce& operator=(const StreamAllreduce&) = delete;
   ~StreamAllreduce() {
+    if (!release_held()) log(LogLevel::error, "tpar::StreamAllreduce: submitting held calls failed");
+    for (auto* s : streams_) s->set_release({});
     comm_.set_before_wait({});
     for (auto* s : streams_) s->set_gate(nullptr, 0, {});
     for (auto* s : streams_) {
@@ -307,6 +388,25 @@ class StreamAllreduce {
       // another's rest; otherwise (the ring's steps) at once, every device's in turn.
       bool ok = true;
       reached_.assign(n, 0);
+      // A call no batch of which waits on another device (the relay) is held with the
+      // host's work, on every device, while each device still has an earlier submission
+      // to run: one batch then carries several steps where the relay's kernels wait for
+      // the sum, one submission where its queues do.
+      if (hold_ > 1 && !split_used_ && comm_.pending_waits_on_host_only()) {
+        std::uint32_t held = 0;
+        {
+          std::lock_guard lock(hold_mutex_);
+          for (std::size_t d = 0; d < n; ++d) streams_[d]->hold_with(batches_[d]);
+          held = ++held_calls_;
+          ++held_total_;
+        }
+        comm_.handed(batches_, reached_, true);  // none out yet: a ticket's wait releases them first
+        if (held >= hold_ || gpus_short()) {
+          if (!release_held()) throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
+        }
+        return ticket;
+      }
+      if (!release_held()) throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
       const std::uint64_t call = ++calls_;
       for (std::size_t d = 0; d < n; ++d) {
         if (!streams_[d]->submit_with(batches_[d], leading_[d], call)) {
@@ -326,6 +426,7 @@ class StreamAllreduce {
         throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
       }
     } else {
+      if (!release_held()) throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
       // Calls on other queues too: the held work goes first and signals what they wait on.
       for (std::size_t d = 0; d < streams_.size(); ++d) streams_[d]->flush_signalling(ready_[d]);
       comm_.flush();
@@ -367,6 +468,10 @@ class StreamAllreduce {
     if (!comm_.per_device(spans[0].count, mask))
       throw Error(ErrorCode::invalid_argument, "StreamAllreduce::allreduce_split: this call (" + std::to_string(spans[0].count) +
                                                    " values) runs on queues or steps that one device's thread cannot submit alone");
+    // Threads of their own submit each device's part from now on: no call is held across
+    // them (a held relay call on one device would wait for a thread of another).
+    split_used_ = true;
+    if (!release_held()) throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
     for (std::size_t d = 0; d < n; ++d) ready_[d] = {};
     args.ready = {};
     args.ready_on_compute_queue = true;
@@ -446,6 +551,10 @@ class StreamAllreduce {
     for (auto* s : streams_) s->flush();
   }
 
+  // Calls held so far (Options::stream_hold) and the submissions that released them.
+  std::uint64_t held_calls() const { return held_total_; }
+  std::uint64_t hold_releases() const { return releases_; }
+
   std::size_t size() const { return streams_.size(); }
   Stream& stream(std::size_t d) { return *streams_[d]; }
   Comm& communicator() { return comm_; }
@@ -477,6 +586,7 @@ class StreamAllreduce {
   // submit it: wait for them, touching no stream (a stream's thread may be waiting at the
   // gate for this thread otherwise); else submit what the streams hold.
   void before_wait() {
+    if (!release_held()) throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
     if (outstanding()) {
       if (!drain()) throw Error(ErrorCode::timeout, "StreamAllreduce: the devices' threads did not enqueue their parts within the timeout");
       return;
@@ -484,8 +594,37 @@ class StreamAllreduce {
     flush();
   }
 
+  // Every device's held calls to its queue, device order. False where a submission failed
+  // (what the others held went out).
+  bool release_held() noexcept {
+    std::lock_guard lock(hold_mutex_);
+    bool any = false;
+    for (auto* s : streams_) any |= s->holds_call();
+    if (!any) {
+      held_calls_ = 0;
+      return true;
+    }
+    bool ok = true;
+    for (auto* s : streams_) ok &= s->flush_held();
+    held_calls_ = 0;
+    ++releases_;
+    return ok;
+  }
+  // Whether some device may run out of work: it has at most one released submission of
+  // held calls not yet finished (so the GPU would idle after it until the next).
+  bool gpus_short() const {
+    for (auto* s : streams_)
+      if (s->flushes_done() + 1 >= s->flushes()) return true;
+    return false;
+  }
+
   Comm& comm_;
   std::vector<Stream*> streams_;
+  std::uint32_t hold_ = 1;
+  bool split_used_ = false;
+  std::uint32_t held_calls_ = 0;
+  std::uint64_t held_total_ = 0, releases_ = 0;
+  std::mutex hold_mutex_;
   detail::SubmitGate gate_;
   std::vector<PartQueue> queues_;
   std::vector<Part> taken_;  // by device: the part its thread is submitting

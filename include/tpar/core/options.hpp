@@ -1,11 +1,13 @@
 // Options — what a communicator may choose for itself, and the environment overrides
-// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH) a user can set without recompiling the host.
+// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_SUM, TPAR_STREAM_HOLD) a user can
+// set without recompiling the host.
 #pragma once
 
 #include <tpar/core/wire.hpp>
 #include <tpar/detail/known_enum.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +89,14 @@ struct Options {
   // the loop of before, kept to compare: tpar-bench, tests). The sums are bit-identical.
   // TPAR_RELAY_SUM=vector|scalar.
   bool relay_scalar_sum = false;
+  // tpar::StreamAllreduce: the most AllReduces whose batches wait on nothing (the relay
+  // whose kernels wait for the sum) a stream holds with the host's work before it
+  // submits, while each device still has an earlier submission of them to run. Every
+  // vkQueueSubmit ends a batch, and on NVIDIA's driver (580) the GPU idles about 10 us
+  // between one submission's end and the next (docs/design/relay-in-one-submission.md);
+  // held so, a decode step's relay calls and the host's work between them run as one
+  // batch. 1: each call goes out at once. TPAR_STREAM_HOLD=1..1024.
+  std::uint32_t stream_hold = 16;
   // Wire: a fixed format, or (nullopt) f32 below bf16_min_bytes of payload and bf16 from it.
   std::optional<Wire> wire;
   std::size_t bf16_min_bytes = std::size_t{1} << 20;
@@ -134,7 +144,8 @@ struct Options {
     return payload_bytes >= bf16_min_bytes ? Wire::bf16 : Wire::f32;
   }
 
-  // These options with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE and TPAR_DEPTH applied where set.
+  // These options with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_SUM and
+  // TPAR_STREAM_HOLD applied where set.
   // An unknown value throws an Error that lists the valid ones.
   Options with_environment() const;
 
@@ -196,6 +207,14 @@ inline Options Options::with_environment() const {
     if (s == "vector") o.relay_scalar_sum = false;
     else if (s == "scalar") o.relay_scalar_sum = true;
     else detail::bad_env("TPAR_RELAY_SUM", s, "vector, scalar");
+  }
+  if (const char* v = detail::env_value("TPAR_STREAM_HOLD")) {
+    const std::string_view s(v);
+    char* end = nullptr;
+    const unsigned long h = std::strtoul(v, &end, 10);
+    if (*end || h < 1 || h > 1024 || !std::isdigit(static_cast<unsigned char>(s[0])))
+      detail::bad_env("TPAR_STREAM_HOLD", s, "1 to 1024");
+    o.stream_hold = static_cast<std::uint32_t>(h);
   }
   if (const char* v = detail::env_value("TPAR_WIRE")) {
     const std::string_view s(v);

@@ -217,6 +217,11 @@ class GgmlComm {
                                 std::to_string(streamed_->gate_waits()) + " times, " +
                                 std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(streamed_->gate_waited()).count()) +
                                 " us in all");
+      if (streamed_ && streamed_->held_calls())
+        log(LogLevel::info, "ggml comm: " + std::to_string(streamed_->held_calls()) +
+                                " AllReduces held with ggml's work (their batches wait on nothing), released in " +
+                                std::to_string(streamed_->hold_releases()) + " submissions a device (TPAR_STREAM_HOLD=" +
+                                std::to_string(comm_->options().stream_hold) + ")");
     } catch (...) {  // a summary is not worth a terminate
     }
     streamed_.reset();  // what the streams hold goes to the queues; they stop holding
