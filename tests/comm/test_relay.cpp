@@ -917,7 +917,7 @@ TEST_CASE("relay: an idle communicator costs no CPU after relay calls") {
   CHECK(s.serving.count() > 0);
 }
 
-TEST_CASE("relay gate: where kernels wait, where queues wait, and why the automatic choice does not take it") {
+TEST_CASE("relay gate: where kernels wait, where queues wait, and where the automatic choice takes it") {
   // Capabilities as the drivers report them, without devices: two GPUs, lavapipe.
   auto gpu = [](std::uint8_t id) {
     DeviceCapabilities c;
@@ -930,15 +930,24 @@ TEST_CASE("relay gate: where kernels wait, where queues wait, and why the automa
   DeviceCapabilities cpu = gpu(9);
   cpu.driver_id = vk::DriverId::eMesaLlvmpipe;
   const bool both[2] = {true, true}, first_only[2] = {true, false};
-  {  // distinct GPUs with the device clock: kernels wait; asked for only (slower than
-     // OneShot on two H200s), and the reason says so
+  {  // two distinct GPUs with the device clock: kernels wait; taken automatically (for
+     // calls that ride in the host's submissions: the communicator's part), and the
+     // reason says so
     const DeviceCapabilities caps[2] = {gpu(1), gpu(2)};
     const RelayGate g = relay_gate(caps, both);
     CHECK(g.possible);
-    CHECK_FALSE(g.automatic);
-    CHECK(g.reason.find("slower than OneShot") != std::string::npos);
+    CHECK(g.automatic);
+    CHECK(g.reason.find("ride in the host's submissions") != std::string::npos);
     CHECK(g.queue_waits == 0);
     CHECK_FALSE(g.gpu_queue_waits);
+  }
+  {  // three: measured on two only, so asked for only
+    const DeviceCapabilities caps[3] = {gpu(1), gpu(2), gpu(3)};
+    const bool all[3] = {true, true, true};
+    const RelayGate g = relay_gate(caps, all);
+    CHECK(g.possible);
+    CHECK_FALSE(g.automatic);
+    CHECK(g.reason.find("only on two devices") != std::string::npos);
   }
   {  // one without the clock: its queue waits, so not automatic, and why
     const DeviceCapabilities caps[2] = {gpu(1), gpu(2)};
@@ -957,12 +966,13 @@ TEST_CASE("relay gate: where kernels wait, where queues wait, and why the automa
     CHECK(g.gpu_queue_waits);
     CHECK(g.reason.find("one physical device") != std::string::npos);
   }
-  {  // lavapipe: queues wait, which is not the GPU case
+  {  // lavapipe: queues wait, which is not the GPU case; not automatic
     const DeviceCapabilities caps[2] = {cpu, gpu(2)};
     const RelayGate g = relay_gate(caps, both);
     CHECK(g.queue_waits == 0b01);
     CHECK_FALSE(g.gpu_queue_waits);
     CHECK(g.possible);
+    CHECK_FALSE(g.automatic);
   }
   {  // a device without the memory: not possible at all
     DeviceCapabilities small = gpu(2);

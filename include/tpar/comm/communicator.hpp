@@ -401,6 +401,10 @@ class Communicator {
     rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
     rq.oneshot_max_bytes = options_.oneshot_max_bytes;
     relay_setup_.fill(rq, options_);
+    // The relay wins automatically only where its calls ride in the host's submissions
+    // (tpar::StreamAllreduce, which holds them together); called one at a time, each in a
+    // submission of its own, it was slower than OneShot (docs/design/relay-two-gpus.md).
+    rq.relay_automatic = rq.relay_automatic && static_cast<bool>(before_wait_);
     return rq;
   }
 
@@ -499,6 +503,7 @@ class Communicator {
     key.count = rq.count;
     key.wire = rq.wire;
     key.contributing = rq.contributing;
+    key.relay_automatic = rq.relay_automatic;
     return key;
   }
 

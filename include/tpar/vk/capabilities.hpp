@@ -251,8 +251,8 @@ inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<co
 // Whether a group can use the relay (algo/relay.hpp), and whether the automatic choice may.
 struct RelayGate {
   bool possible = false;   // every device has the memory the relay needs: TPAR_ALGO=relay runs it
-  // And the automatic choice takes it by size. Never, for now: on two H200s (2026-11-24)
-  // it beat OneShot only at 4 KiB, and on one of two machines.
+  // And the automatic choice takes it by size, for calls that ride in the host's
+  // submissions (tpar::StreamAllreduce): on two distinct GPUs whose kernels wait.
   bool automatic = false;
   std::string reason;      // one sentence a user can read
   // Bit d: device d's queue waits for the sum, not its kernel (see relay_gate).
@@ -322,14 +322,22 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<
                               "the relay runs only when asked for (TPAR_ALGO=relay)";
     return gate;
   }
-  // Where it could wait in its kernels on distinct GPUs, measurement decides: on two H200s
-  // (2026-11-24, docs/design/relay-two-gpus.md), one call per submission, a 16 KiB relay
-  // call took 32.0-74.7 us against OneShot's 31.2-55.6 in three runs; only at 4 KiB, on
-  // one of the two machines, was it faster. So the automatic choice keeps OneShot, and the
-  // relay runs when asked for.
+  // Where it can wait in its kernels on distinct GPUs, measurement decides. One call per
+  // submission it was slower than OneShot on two H200s (2026-11-24,
+  // docs/design/relay-two-gpus.md). Held with the host's work in few submissions
+  // (tpar::StreamAllreduce), it was faster on two H200s (2026-11-27,
+  // docs/design/relay-in-one-submission.md): the chain's boundary at 16 KiB 17.1 us
+  // against 26.5, llama.cpp's 8B decode 191.4 t/s against 180.4. Measured on two GPUs
+  // only: the thread reads every device's values one after the other, so on more it is
+  // taken only when asked for.
+  if (caps.size() == 2 && !gate.queue_waits) {
+    gate.automatic = true;
+    gate.reason = "the devices are two distinct GPUs whose kernels wait for the sum, so calls up to relay_max_bytes that "
+                  "ride in the host's submissions (tpar::StreamAllreduce, as under llama.cpp) take the relay";
+    return gate;
+  }
   gate.reason = "every device maps device-local memory to the host and the devices are distinct physical devices, so the "
-                "relay can run (TPAR_ALGO=relay); it is not chosen by itself, as on two H200s it was slower than OneShot "
-                "(16 KiB: 32.0-74.7 against 31.2-55.6 us in three runs, one call per submission)";
+                "relay can run (TPAR_ALGO=relay); it is chosen by itself only on two devices, where it was measured";
   return gate;
 }
 

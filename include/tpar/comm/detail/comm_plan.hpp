@@ -24,6 +24,7 @@ struct PlanKey {
   std::size_t count = 0;
   Wire wire = Wire::f32;
   std::uint32_t contributing = 0;
+  bool relay_automatic = false;  // the automatic choice could take the relay (streamed calls)
   bool operator==(const PlanKey&) const = default;
 };
 
