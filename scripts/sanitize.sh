@@ -8,8 +8,9 @@
 #                                           met on ProxyBridge's threads, released from others),
 #                                           a thread per device enqueuing its part of each
 #                                           call (stream/, as the meta backend's threads do),
-#                                           and the relay's host thread against devices the
-#                                           test plays from another thread
+#                                           the relay's host thread against devices the
+#                                           test plays from another thread, and relay calls
+#                                           the streams hold and release (stream/)
 # Built at -O1 -g1: a sanitized -O2 -g build of one test takes four times as long, and
 # CI runs both stages within its budget. Suppressions, each justified, are under
 # tests/sanitizers/ (only for the CPU driver and LLVM, which are not instrumented).
@@ -31,7 +32,7 @@ case "$kind" in
     ;;
   thread)
     targets=(behavior fault stream relay)
-    tests="^(behavior/|fault/every|stream/streams: a thread per device|$relay_tests)"
+    tests="^(behavior/|fault/every|stream/streams: (a thread per device|relay calls are held|a fenced submission)|$relay_tests)"
     export TPAR_FAULT_ONLY="call, ring|destruction"
     export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=0:second_deadlock_stack=1"
     ;;

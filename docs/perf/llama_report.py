@@ -8,7 +8,8 @@ so that no figure there is typed by hand:
   part server, the same run on the same machine);
 - PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE), its
   server table (server; SERVER) and the decode paths side by side (decode: part decode
-  with DECODE_MODELS=8b DECODE_TRACE=1, then NCCL_CHAIN_ONLY=1 nccl; DECODE), and the
+  with DECODE_MODELS=8b DECODE_TRACE=1, then nccl, DECODE; and part decode with
+  DECODE_CHAIN=0 over five models in one machine session, DECODE_MODELS), and the
   server under mixed traffic (part server-mixed; MIXED_BEFORE, MIXED_AFTER, STEADY).
 
     python3 docs/perf/llama_report.py            # rewrites the rendered blocks in place
@@ -30,7 +31,8 @@ RAW = os.path.join(HERE, "raw")
 MOVE = "move-h200x2-d1ea59b.txt"
 GLANCE = "glance-h200x2-d1ea59b.txt"
 SERVER = "server-h200x2-d1ea59b.txt"
-DECODE = "decode-h100x2-35cb652.txt"
+DECODE = "decode-h200x2-bba0208.txt"
+DECODE_MODELS = "decode-h200x2-9240d7b.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
 MIXED_AFTER = "server-mixed-h200x2-8a4b3b5.txt"
 STEADY = "replay-steady-h200x2-5548578.txt"
@@ -211,13 +213,14 @@ def render_mixed():
 
 
 def decode_chains(text):
-    """{(how, bytes): boundary us} from part decode's tpar-bench sections (how: oneshot, relay, relay-scalar)."""
+    """{(how, bytes): (boundary us, cpu us, submits a step)} from part decode's tpar-bench sections (how: oneshot,
+    relay, relay-scalar, each with -hold1 where TPAR_STREAM_HOLD=1)."""
     out, how = {}, None
     for line in text.splitlines():
-        m = re.match(r"## tpar-bench --devices \S+ --chain 64 --chain-work 58M --chain-wiring streams --algo (\w+)( --relay-sum scalar)?",
-                     line)
+        m = re.match(r"## (?:TPAR_STREAM_HOLD=(\d+) )?tpar-bench --devices \S+ --chain 64 --chain-work 58M --chain-wiring streams "
+                     r"--algo (\w+)( --relay-sum scalar)?", line)
         if m:
-            how = m.group(1) + ("-scalar" if m.group(2) else "")
+            how = m.group(2) + ("-scalar" if m.group(3) else "") + ("-hold1" if m.group(1) == "1" else "")
             continue
         if line.startswith("##"):
             how = None
@@ -225,7 +228,7 @@ def decode_chains(text):
         if how and len(f) == 11 and f[0].isdigit() and f[1] in ("oneshot", "relay"):
             if int(f[10]) != 0:
                 raise ValueError(f"{how} at {f[0]} bytes: {f[10]} wrong results")
-            out[(how, int(f[0]))] = (float(f[5]), float(f[7]))
+            out[(how, int(f[0]))] = (float(f[5]), float(f[7]), float(f[8]))
     return out
 
 
@@ -253,43 +256,73 @@ def render_decode():
     st = decode_report.stamp(text)
     ch = decode_chains(text)
     nc = nccl_chains(text)
-    b = decode_report.benches(text)
     sizes = (4096, 16384, 65536)
     rows = []
-    for how, name in (("oneshot", "OneShot"), ("relay-scalar", "the relay, one value a step (before)"),
-                      ("relay", "the relay, 4-8 values a step (now)")):
+    for how, name in (("oneshot", "OneShot"), ("relay-hold1", "the relay, each call its own submission (`TPAR_STREAM_HOLD=1`)"),
+                      ("relay-scalar", "the relay held, summing one value a step (`TPAR_RELAY_SUM=scalar`)"),
+                      ("relay", "the relay held (the default)")):
         rows.append(f"| tpar, {name} | " + " | ".join(f"{ch[(how, n)][0]:.1f}" for n in sizes) + " | "
-                    + " | ".join(f"{ch[(how, n)][1]:.1f}" for n in sizes) + " |")
+                    + " | ".join(f"{ch[(how, n)][1]:.1f}" for n in sizes) + f" | {ch[(how, 16384)][2]:.2f} |")
     for work, wname in ((True, "with the weights"), (False, "no weights")):
         rows.append(f"| NCCL, peer-to-peer off, replayed from a CUDA graph, {wname} | "
-                    + " | ".join(f"{nc[(work, 'graph', n)]:.1f}" for n in sizes) + " | | | |")
+                    + " | ".join(f"{nc[(work, 'graph', n)]:.1f}" for n in sizes) + " | | | | |")
     chain = "\n".join([
-        "| boundary per step (us) | 4 KiB | 16 KiB | 64 KiB | cpu per step, 4 KiB | 16 KiB | 64 KiB |",
-        "|---|---|---|---|---|---|---|",
+        "| boundary per step (us) | 4 KiB | 16 KiB | 64 KiB | cpu per step, 4 KiB | 16 KiB | 64 KiB | submissions a step |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
     ])
-    none = b["none-8b"]["tg128"][0]
-    llama = []
-    for label, name in (("tpar2-auto-8b", "the automatic choice (OneShot)"), ("tpar2-oneshot-8b", "`TPAR_ALGO=oneshot`"),
-                        ("tpar2-relay-8b", "`TPAR_ALGO=relay`")):
-        v = b[label]["tg128"][0]
-        llama.append(f"| `-sm tensor`, tpar, 2 GPUs, {name} | {v:.1f} | {v / none:.2f}x |")
     tr = trace_steps(text)
-    llama_table = "\n".join([
-        "| Llama-3-8B shapes, q8_0, tg128 | t/s | against one GPU |",
-        "|---|---|---|",
-        f"| `-sm none`, one GPU | {none:.1f} | 1.00x |",
-        *llama,
+    head = (f"The chain: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, one run, tree {st['tree']} "
+            f"(the code of {DECODE.split('-')[2].split('.')[0]}); raw: [perf/raw/{DECODE}](perf/raw/{DECODE}). "
+            f"`tpar-bench --chain 64 --chain-work 58M --chain-wiring streams`, each row its median step minus the same chain "
+            f"without the AllReduce; NCCL's from `scripts/nccl_anchor.py chain` in the same run.")
+
+    mt = decode_report.read(DECODE_MODELS)
+    ms = decode_report.stamp(mt)
+    b = decode_report.benches(mt)
+    models = (("8b", "tg128", "Llama-3-8B shapes, q8_0, tg128"), ("8b-q4_k_m", "tg128", "the same, Q4_K_M"),
+              ("8b-d8192", "tg128 @ d8192", "the same, q8_0, at `-d 8192`"),
+              ("70b20", "tg64", "Llama-3-70B shapes (20 of 80 layers), q8_0, tg64"),
+              ("tiny32", "tg64", "32 layers, 256 wide, f16, tg64"))
+    lines = ["| t/s | one GPU, first / last | tpar, automatic (the relay) | `TPAR_ALGO=oneshot` | `TPAR_ALGO=relay` | "
+             "relay, `TPAR_STREAM_HOLD=1` | automatic against one GPU | OneShot against one GPU |",
+             "|---|---|---|---|---|---|---|---|"]
+    for tag, test, name in models:
+        v = {k: b[f"{k}-{tag}"][test][0] for k in ("none", "none2", "tpar2-auto", "tpar2-oneshot", "tpar2-relay",
+                                                      "tpar2-relay-hold1")}
+        one = max(v["none"], v["none2"])
+        lines.append(f"| {name} | {v['none']:.1f} / {v['none2']:.1f} | {v['tpar2-auto']:.1f} | {v['tpar2-oneshot']:.1f} | "
+                     f"{v['tpar2-relay']:.1f} | {v['tpar2-relay-hold1']:.1f} | {v['tpar2-auto'] / one:.2f}x | "
+                     f"{v['tpar2-oneshot'] / one:.2f}x |")
+    models_head = (f"llama-bench `-fa 1 -r 3`: {ms['n']} × {ms['gpu']} (driver {ms['driver']}), {ms['date']}, one machine "
+                   f"session, tree {ms['tree']} (the code of {DECODE_MODELS.split('-')[2].split('.')[0]}); raw: "
+                   f"[perf/raw/{DECODE_MODELS}](perf/raw/{DECODE_MODELS}). One GPU ran first and last for each model; the "
+                   f"ratios are against the faster of the two.")
+    note = (f"A trace of an 8B token in the chain's run, host spans only: {tr['host-tpar2-oneshot-8b']:.0f} us with OneShot, "
+            f"{tr['host-tpar2-relay-8b']:.0f} us with the relay held; with GPU stamps, each GPU's own ggml work is most of "
+            f"the token ([design note](design/relay-in-one-submission.md)).")
+    # the decode targets (two GPUs, against one GPU of the same run; the chain against NCCL's graph of the same run)
+    def ratio(tag, test):
+        v = {k: b[f"{k}-{tag}"][test][0] for k in ("none", "none2", "tpar2-auto")}
+        return v["tpar2-auto"] / max(v["none"], v["none2"])
+
+    def verdict(ok):
+        return "**met**" if ok else "**missed**"
+
+    c16, n16w, n16 = ch[("relay", 16384)][0], nc[(True, "graph", 16384)], nc[(False, "graph", 16384)]
+    r8, rq, rd, r70, rt = (ratio("8b", "tg128"), ratio("8b-q4_k_m", "tg128"), ratio("8b-d8192", "tg128 @ d8192"),
+                           ratio("70b20", "tg64"), ratio("tiny32", "tg64"))
+    targets = "\n".join([
+        f"- Chain boundary at 16 KiB with 58 MiB of weights ≤ 15 us: {c16:.1f} us: {verdict(c16 <= 15)}; at or below NCCL's "
+        f"graph in the same run: {n16w:.1f} us with the weights ({verdict(c16 <= n16w)}), {n16:.1f} without "
+        f"({verdict(c16 <= n16)}).",
+        f"- 8B tg128 ≥ 1.05x one GPU: {r8:.2f}x: {verdict(r8 >= 1.05)}; Q4_K_M the same: {rq:.2f}x: {verdict(rq >= 1.05)}.",
+        f"- 8B at `-d 8192` ≥ 1.0x: {rd:.2f}x: {verdict(rd >= 1.0)}.",
+        f"- 70B shapes (20 layers) ≥ 1.50x: {r70:.2f}x: {verdict(r70 >= 1.50)}.",
+        f"- The 32-layer, 256-wide model ≥ 0.75x: {rt:.2f}x: {verdict(rt >= 0.75)}.",
     ])
-    head = (f"{st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, one run, tree {st['tree']} "
-            f"(the code of {DECODE.split('-')[2].split('.')[0]}: the relay's vector sum, patch 0004's shader clock); raw: "
-            f"[perf/raw/{DECODE}](perf/raw/{DECODE}). The chain: `tpar-bench --chain 64 --chain-work 58M "
-            f"--chain-wiring streams`, each row its median step minus the same chain without the AllReduce; "
-            f"NCCL's from `scripts/nccl_anchor.py chain` in the same run.")
-    note = (f"A host-only trace of an 8B token in the same run: {tr['host-tpar2-oneshot-8b']:.0f} us with OneShot, "
-            f"{tr['host-tpar2-relay-8b']:.0f} us with the relay. What bounds the token now is each GPU's own ggml work, "
-            f"not the boundary ([design note](design/relay-on-the-token.md)).")
-    return {"decode-relay": head + "\n\n" + chain + "\n\n" + llama_table + "\n\n" + note}
+    return {"decode-relay": head + "\n\n" + chain + "\n\n" + models_head + "\n\n" + "\n".join(lines) + "\n\n" + note,
+            "decode-relay-targets": targets}
 
 
 def render_move():

@@ -58,6 +58,25 @@ TEST_CASE("environment overrides are parsed and unknown values rejected with the
   ::unsetenv("TPAR_ALGO");
   ::unsetenv("TPAR_SYNC");
   CHECK(Options{}.with_environment().algo == AlgoChoice::automatic);
+  CHECK(Options{}.with_environment().stream_hold == 16);
+  ::setenv("TPAR_STREAM_HOLD", "1", 1);
+  CHECK(Options{}.with_environment().stream_hold == 1);
+  ::setenv("TPAR_STREAM_HOLD", "1024", 1);
+  CHECK(Options{}.with_environment().stream_hold == 1024);
+  for (const char* bad : {"0", "1025", "-3", "8x", " 8", "many"}) {
+    CAPTURE(bad);
+    ::setenv("TPAR_STREAM_HOLD", bad, 1);
+    try {
+      (void)Options{}.with_environment();
+      FAIL("no error for TPAR_STREAM_HOLD");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::invalid_argument);
+      CHECK(std::string(e.what()).find("1 to 1024") != std::string::npos);
+    }
+  }
+  ::setenv("TPAR_STREAM_HOLD", "", 1);  // empty: unset
+  CHECK(Options{}.with_environment().stream_hold == 16);
+  ::unsetenv("TPAR_STREAM_HOLD");
 }
 
 TEST_CASE("the default wire is f32 for small payloads and bf16 for large ones") {
