@@ -29,12 +29,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RAW = os.path.join(HERE, "raw")
 MOVE = "move-h200x2-d1ea59b.txt"
-GLANCE = "glance-h200x2-d1ea59b.txt"
-SERVER = "server-h200x2-d1ea59b.txt"
+GLANCE = "glance-h200x2-cd0cd36.txt"
+SERVER = "server-h200x2-cd0cd36.txt"
 DECODE = "decode-h200x2-bba0208.txt"
 DECODE_MODELS = "decode-h200x2-9240d7b.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
 MIXED_AFTER = "server-mixed-h200x2-8a4b3b5.txt"
+MIXED_RELAY = "server-mixed-h200x2-9240d7b.txt"
 STEADY = "replay-steady-h200x2-5548578.txt"
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
@@ -92,7 +93,7 @@ def render_first():
              f"{llama} with tpar's patches, one run; each column against one GPU of the same API on the same machine; "
              f"random weights):")
     sm_tpar, sm_none, sm_layer = sv["tpar-4"], sv["none-4"], sv["layer-4"]
-    mx_text = decode_report.read(MIXED_AFTER)
+    mx_text = decode_report.read(MIXED_RELAY)
     mx = {l: x for l, seed, x in mixed_runs(mx_text) if seed == 1}  # the last run of each mode
     mx_tpar, mx_none, mx_layer = mx["mixed-tpar"], mx["mixed-none"], mx["mixed-layer"]
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
@@ -110,7 +111,7 @@ def render_first():
                f"together, but one stream decodes slower than on one GPU ({min(v[1] for v in small):.2f}-"
                f"{max(v[1] for v in small):.2f}x), and a server under mixed traffic serves "
                f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate: each GPU's own share of a token's work is most of one GPU's whole token "
-               f"(docs/design/relay-on-the-token.md). CUDA with "
+               f"(docs/design/relay-in-one-submission.md). CUDA with "
                f"NCCL staged through host memory, as tpar must be, decodes these Q8_0 models at {c8:.2f}x and {c70:.2f}x of "
                f"its one GPU on the same machine: tpar is {'at or above' if small[0][1] >= c8 and big[0][1] >= c70 else 'below'} "
                f"CUDA's ratios ({small[0][1]:.2f}x and {big[0][1]:.2f}x). CUDA was timed on the Q8_0 models only.")
@@ -161,52 +162,54 @@ def mixed_runs(text):
 
 
 def render_mixed():
-    before, after = decode_report.read(MIXED_BEFORE), decode_report.read(MIXED_AFTER)
-    st_b, st_a = decode_report.stamp(before), decode_report.stamp(after)
-    rb = [r for r in mixed_runs(before) if r[1] == 1]
-    ra = [r for r in mixed_runs(after) if r[1] == 1]
+    logs = (MIXED_BEFORE, MIXED_AFTER, MIXED_RELAY)
+    texts = [decode_report.read(f) for f in logs]
+    stamps = [decode_report.stamp(t) for t in texts]
+    runs = [[r for r in mixed_runs(t) if r[1] == 1] for t in texts]
 
-    def first(runs, label):
-        return next(x for l, _, x in runs if l == label)
-    none_b, none_a = first(rb, "mixed-none")[3], first(ra, "mixed-none")[3]
+    def first(rs, label):
+        return next(x for l, _, x in rs if l == label)
+    nones = [first(rs, "mixed-none")[3] for rs in runs]
     names = [("mixed-none", "`-sm none`, one GPU"), ("mixed-layer", "`-sm layer`, 2 GPUs"),
              ("mixed-tpar-eager", "tpar, recording for replay when first seen (`GGML_VK_REPLAY_EAGER=1`, the rule before)"),
              ("mixed-tpar-noreplay", "tpar, replay off (`GGML_VK_DISABLE_REPLAY=1`)"),
-             ("mixed-tpar", "tpar, recording for replay when seen twice (the default now)"),
+             ("mixed-tpar-oneshot", "tpar, OneShot for every small call (`TPAR_ALGO=oneshot`, the choice before the relay's)"),
+             ("mixed-tpar", "tpar, the run's defaults"),
              ("mixed-ggml", "ggml's own AllReduce, 2 GPUs")]
     rows = []
     for label, name in names:
         cells = []
-        for runs, none in ((rb, none_b), (ra, none_a)):
-            xs = [x for l, _, x in runs if l == label]
+        for rs, none in zip(runs, nones):
+            xs = [x for l, _, x in rs if l == label]
             if not xs:
                 cells.append("")
                 continue
             if any(x[0] != x[1] for x in xs):
                 raise ValueError(f"{label}: a request went unanswered")
             cells.append(" / ".join(f"{x[3]:.1f} s ({none / x[3]:.2f}x)" for x in xs))
-        rows.append(f"| {name} | {cells[0]} | {cells[1]} |")
-    asked = first(ra, "mixed-none")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    asked = first(runs[-1], "mixed-none")
     steady = decode_report.benches(decode_report.read(STEADY))
 
     def tg(label):
         return steady[label]["tg128"]
+
+    def code(f):
+        return f.split('-')[3].split('.')[0]
     table = "\n".join([
-        f"| mode | before the staging change ({MIXED_BEFORE.split('-')[3].split('.')[0]}): time for the 16 rounds "
-        f"(one GPU's rate = 1.00x) | after ({MIXED_AFTER.split('-')[3].split('.')[0]}) |",
-        "|---|---|---|",
+        f"| mode | {code(logs[0])}: replay at second sight (one GPU's rate = 1.00x) | {code(logs[1])}: and staging that stops "
+        f"shrinking | {code(logs[2])}: and the relay held, chosen for small calls |",
+        "|---|---|---|---|",
         *rows,
     ])
-    head = (f"{st_a['n']} × {st_a['gpu']} (driver {st_a['driver']}), {st_a['date']}, llama-server on the Llama-3-8B "
-            f"shapes (q8_0, random weights), `-c 16384 -np 4`, `scripts/server_load.py --mixed 16 --seed 1`: "
+    head = (f"{stamps[-1]['n']} × {stamps[-1]['gpu']} (driver {stamps[-1]['driver']}), {stamps[-1]['date']}, llama-server on the "
+            f"Llama-3-8B shapes (q8_0, random weights), `-c 16384 -np 4`, `scripts/server_load.py --mixed 16 --seed 1`: "
             f"{asked[1]} requests in 16 rounds of 1 to 10 at once, {asked[2]} tokens, every request answered in every "
-            f"mode. Two runs: tree {st_b['tree']} (the code of {MIXED_BEFORE.split('-')[3].split('.')[0]}: replay "
-            f"recording at second sight) and tree {st_a['tree']} (the code of "
-            f"{MIXED_AFTER.split('-')[3].split('.')[0]}: staging that stops shrinking under alternating steps); where "
-            f"a cell holds two figures, the mode ran twice in that run. Raw: [perf/raw/{MIXED_BEFORE}](perf/raw/"
-            f"{MIXED_BEFORE}), [perf/raw/{MIXED_AFTER}](perf/raw/{MIXED_AFTER}).")
+            f"mode. Three runs, each on a machine of its own, trees " + ", ".join(st["tree"] for st in stamps)
+            + " (each the code of the commit its column names); where a cell holds two figures, the mode ran twice in that "
+            f"run. Raw: " + ", ".join(f"[perf/raw/{f}](perf/raw/{f})" for f in logs) + ".")
     s2, e2, o2 = tg("replay-second-8b-2"), tg("replay-eager-8b-2"), tg("replay-off-8b-2")
-    note = (f"Steady decode under the same rules (`llama-bench -p 0 -n 128 -r 3`, 2 GPUs, the second of two turns, "
+    note = (f"Steady decode under the replay rules (`llama-bench -p 0 -n 128 -r 3`, 2 GPUs, the second of two turns, "
             f"[raw](perf/raw/{STEADY})): recording at second sight {s2[0]:.1f} ± {s2[1]:.1f} t/s, at first sight "
             f"{e2[0]:.1f} ± {e2[1]:.1f}, replay off {o2[0]:.1f} ± {o2[1]:.1f}.")
     return {"server-mixed": head + "\n\n" + table + "\n\n" + note}
