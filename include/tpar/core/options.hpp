@@ -89,13 +89,13 @@ struct Options {
   // the loop of before, kept to compare: tpar-bench, tests). The sums are bit-identical.
   // TPAR_RELAY_SUM=vector|scalar.
   bool relay_scalar_sum = false;
-  // tpar::StreamAllreduce: the most AllReduces whose batches wait on nothing (the relay
-  // whose kernels wait for the sum) a stream holds with the host's work before it
-  // submits, while each device still has an earlier submission of them to run. Every
-  // vkQueueSubmit ends a batch, and on NVIDIA's driver (580) the GPU idles about 10 us
-  // between one submission's end and the next (docs/design/relay-in-one-submission.md);
-  // held so, a decode step's relay calls and the host's work between them run as one
-  // batch. 1: each call goes out at once. TPAR_STREAM_HOLD=1..1024.
+  // tpar::StreamAllreduce: the most AllReduces whose batches wait on no other device (the
+  // relay's) every device's stream holds with the host's work before they go out
+  // together; fewer while a GPU may run dry. Every vkQueueSubmit ends a batch, and on
+  // NVIDIA's driver (580) the GPU idled about 10 us more after a submission's end than
+  // between two command buffers of one (docs/design/relay-in-one-submission.md); held
+  // so, a decode step's relay calls and the host's work between them run as one batch.
+  // 0 or 1: each call goes out at once. TPAR_STREAM_HOLD=1..1024.
   std::uint32_t stream_hold = 16;
   // Wire: a fixed format, or (nullopt) f32 below bf16_min_bytes of payload and bf16 from it.
   std::optional<Wire> wire;
