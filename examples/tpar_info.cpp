@@ -44,7 +44,8 @@ std::string algorithm_text(const tpar::Options& o, const tpar::RelayGate& relay)
   if (o.algo == tpar::AlgoChoice::relay) return relay_part + "larger calls " + by_size + " (TPAR_ALGO=relay)";
   if (o.algo != tpar::AlgoChoice::automatic)
     return std::string(tpar::to_string(o.algo)) + " for every size (TPAR_ALGO=" + std::string(tpar::to_string(o.algo)) + ")";
-  return (relay.automatic ? relay_part : std::string()) + by_size + " (TPAR_ALGO)";
+  return (relay.automatic ? relay_part + "for calls through a tpar::StreamAllreduce (as under llama.cpp); " : std::string()) +
+         by_size + " (TPAR_ALGO)";
 }
 
 std::string wire_text(const tpar::Options& o) {
