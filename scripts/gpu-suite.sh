@@ -47,7 +47,8 @@
 #             shapes q8_0 and Q4_K_M (tg128, and -d 8192 -n 128), 70B's with 20 layers
 #             (tg64) and the 32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
-#             chain out, DECODE_TRACE=1 adds a 2-GPU 8B token's trace, host-only and with
+#             chain out, DECODE_SIZES the chain's sizes (default 4K,16K,64K; e.g.
+#             4K,16K,32K,48K,64K for the relay's crossover with OneShot), DECODE_TRACE=1 adds a 2-GPU 8B token's trace, host-only and with
 #             GPU stamps, for OneShot and the relay (traces-decode.tar.xz)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
@@ -622,7 +623,7 @@ run_decode() {
       echo "## TPAR_STREAM_HOLD=$hold tpar-bench --devices $(visible 2) --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
       # shellcheck disable=SC2086
       TPAR_STREAM_HOLD=$hold "$bin/tpar-bench" --devices "$(visible 2)" --chain 64 --chain-work 58M --chain-wiring streams --algo $how \
-        --sizes 4K,16K,64K -n 20 -r "$reps" -q >> "$log" 2>&1 || part_fail "decode chain $how"
+        --sizes "${DECODE_SIZES:-4K,16K,64K}" -n 20 -r "$reps" -q >> "$log" 2>&1 || part_fail "decode chain $how"
     done
   fi
   local which=${DECODE_MODELS:-8b,8b-d8192,8b-q4_k_m,70b20,tiny} m
