@@ -40,16 +40,17 @@
 #   decode    a token's AllReduce boundary, each decode path side by side in one run: the
 #             chain (tpar-bench --chain 64, 58 MiB of weights a step, wiring streams) at
 #             4/16/64 KiB with OneShot, the relay, the relay summing one value a step and
-#             the relay with TPAR_STREAM_HOLD=1;
-#             then llama-bench decode with -sm none on one GPU and -sm tensor with tpar
-#             on 2 (the automatic choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay, and the relay
-#             with TPAR_STREAM_HOLD=1, each call its own submission): Llama-3-8B's
-#             shapes q8_0 and Q4_K_M (tg128, and -d 8192 -n 128), 70B's with 20 layers
-#             (tg64) and the 32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
+#             the relay with TPAR_STREAM_HOLD=1; then llama-bench decode with -sm none on
+#             one GPU (first and last) and -sm tensor with tpar on 2 (the automatic
+#             choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay, and the relay with
+#             TPAR_STREAM_HOLD=1, each call its own submission): Llama-3-8B's shapes q8_0
+#             and Q4_K_M (tg128, and -d 8192 -n 128), 70B's with 20 layers (tg64) and the
+#             32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
-#             chain out, DECODE_SIZES the chain's sizes (default 4K,16K,64K; e.g.
-#             4K,16K,32K,48K,64K for the relay's crossover with OneShot), DECODE_TRACE=1 adds a 2-GPU 8B token's trace, host-only and with
-#             GPU stamps, for OneShot and the relay (traces-decode.tar.xz)
+#             chain out, DECODE_SIZES sets its sizes (default 4K,16K,64K; 4K,16K,32K,48K,64K
+#             finds the relay's crossover with OneShot), DECODE_TRACE=1 adds a 2-GPU 8B
+#             token's trace, host-only and with GPU stamps, for OneShot and the relay
+#             (traces-decode.tar.xz)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
 #             before, after and with the threads, on 2 and all GPUs
