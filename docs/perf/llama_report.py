@@ -9,7 +9,7 @@ so that no figure there is typed by hand:
 - PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE), its
   server table (server; SERVER) and the decode paths side by side (decode: part decode
   with DECODE_MODELS=8b DECODE_TRACE=1, then nccl, DECODE; and part decode with
-  DECODE_CHAIN=0 over five models in one machine session, DECODE_MODELS), and the
+  DECODE_CHAIN=0 over five models, commands back to back on one machine, DECODE_MODELS), and the
   server under mixed traffic (part server-mixed; MIXED_BEFORE, MIXED_AFTER, STEADY).
 
     python3 docs/perf/llama_report.py            # rewrites the rendered blocks in place
@@ -297,8 +297,8 @@ def render_decode():
         lines.append(f"| {name} | {v['none']:.1f} / {v['none2']:.1f} | {v['tpar2-auto']:.1f} | {v['tpar2-oneshot']:.1f} | "
                      f"{v['tpar2-relay']:.1f} | {v['tpar2-relay-hold1']:.1f} | {v['tpar2-auto'] / one:.2f}x | "
                      f"{v['tpar2-oneshot'] / one:.2f}x |")
-    models_head = (f"llama-bench `-fa 1 -r 3`: {ms['n']} × {ms['gpu']} (driver {ms['driver']}), {ms['date']}, one machine "
-                   f"session, tree {ms['tree']} (the code of {DECODE_MODELS.split('-')[2].split('.')[0]}); raw: "
+    models_head = (f"llama-bench `-fa 1 -r 3`: {ms['n']} × {ms['gpu']} (driver {ms['driver']}), {ms['date']}, commands back "
+                   f"to back on one machine, tree {ms['tree']} (the code of {DECODE_MODELS.split('-')[2].split('.')[0]}); raw: "
                    f"[perf/raw/{DECODE_MODELS}](perf/raw/{DECODE_MODELS}). One GPU ran first and last for each model; the "
                    f"ratios are against the faster of the two.")
     note = (f"A trace of an 8B token in the chain's run, host spans only: {tr['host-tpar2-oneshot-8b']:.0f} us with OneShot, "

@@ -316,25 +316,14 @@ class Communicator {
     return true;
   }
 
-  // Whether no batch of the deferred calls waits on another device's semaphore: only on
-  // its own device's timelines or on the relay's host thread (OneShot's sum waits on its
-  // peers; the relay does not). Such calls may be held back on every device and submitted
-  // together later (tpar::StreamAllreduce, Options::stream_hold): no queue then waits on a
+  // Whether no batch of the deferred calls waits on another device's batch: only on its
+  // own device's work or on the relay's host thread (OneShot's sum waits on its peers; the
+  // relay does not). Such calls may be held back on every device and submitted together
+  // later (tpar::StreamAllreduce, Options::stream_hold): no queue then waits on a
   // submission of another's that is not yet made.
   bool pending_waits_on_host_only() const {
-    if (pending_.empty()) return false;
-    const std::size_t n = size();
-    for (const auto& p : pending_)
-      for (std::size_t d = 0; d < n; ++d) {
-        const auto& c = ctx_[d];
-        const vk::Semaphore own[] = {c.compute.handle(), c.transfer.handle(), c.download.handle(),
-                                     relay_ ? relay_->release(d) : vk::Semaphore{}};
-        for (const auto& g : p.plan->submits[d][p.parity].groups)
-          for (const auto& info : g.infos)
-            for (std::uint32_t k = 0; k < info.waitSemaphoreCount; ++k)
-              if (std::find(std::begin(own), std::end(own), info.pWaitSemaphores[k]) == std::end(own)) return false;
-      }
-    return true;
+    return !pending_.empty() &&
+           std::all_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.plan->waits_on_host_only; });
   }
 
   // The batches take_pending() handed out: `reached[d]` of device d's reached its queue
@@ -657,6 +646,10 @@ class Communicator {
       }
     }
     plan->per_device = splits_per_device(*plan);
+    plan->waits_on_host_only = true;
+    for (std::size_t d = 0; d < size(); ++d)
+      for (const Batch& b : plan->schedule.devices[d].batches)
+        for (const BatchRef& ref : b.waits) plan->waits_on_host_only &= ref.device == d;
     return plan;
   }
 

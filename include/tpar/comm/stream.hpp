@@ -119,11 +119,7 @@ class Stream {
   void flush_signalling(const TimelinePoint& ready) {
     std::lock_guard lock(mutex_);
     await_carried();
-    out_.clear();
-    out_.append(carried_);
-    out_.append(held_);
-    carried_.clear();
-    held_.clear();
+    collect();
     out_.add_signal(ready.semaphore, ready.value);
     submit_out({});
     signalled_ = ready.value;
@@ -136,11 +132,7 @@ class Stream {
     std::lock_guard lock(mutex_);
     try {
       await_carried();
-      out_.clear();
-      out_.append(carried_);
-      out_.append(held_);
-      carried_.clear();
-      held_.clear();
+      collect();
       out_.append(calls.infos(false, 0, first));
       submit_out({});
       carried_.append(calls.infos(false, first));
@@ -159,11 +151,8 @@ class Stream {
   // device together (flush_held(), or the group's hook before any flush).
   void hold_with(detail::BatchList& calls) {
     std::lock_guard lock(mutex_);
-    out_.clear();
-    out_.append(carried_);
-    out_.append(held_);
+    collect();
     out_.append(calls.infos(false));
-    carried_.clear();
     carried_call_ = 0;
     std::swap(held_, out_);
     out_.clear();
@@ -176,11 +165,7 @@ class Stream {
     if (carried_.empty() && held_.empty()) return true;
     try {
       await_carried();
-      out_.clear();
-      out_.append(carried_);
-      out_.append(held_);
-      carried_.clear();
-      held_.clear();
+      collect();
       if (!hold_timeline_.handle()) hold_timeline_ = Timeline(device_);
       out_.add_signal(hold_timeline_.handle(), hold_signalled_ + 1);
       submit_out({});
@@ -275,14 +260,20 @@ class Stream {
     if (f) f();
   }
 
-  void flush_locked(vk::Fence fence) {
-    if (carried_.empty() && held_.empty() && !fence) return;
-    await_carried();
+  // What the stream carries of tpar's last call, then the host's held work, into out_
+  // (both emptied): the order every submission of them takes.
+  void collect() {
     out_.clear();
     out_.append(carried_);
     out_.append(held_);
     carried_.clear();
     held_.clear();
+  }
+
+  void flush_locked(vk::Fence fence) {
+    if (carried_.empty() && held_.empty() && !fence) return;
+    await_carried();
+    collect();
     submit_out(fence);
   }
 

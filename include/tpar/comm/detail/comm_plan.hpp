@@ -117,6 +117,10 @@ struct Plan {
   // that comes after that peer's first waiting batch: then each device's part can be
   // handed to a thread of its own (StreamAllreduce::allreduce_split), not the relay's.
   bool per_device = false;
+  // No batch waits on another device's batch (the relay's wait on its host thread, or on
+  // nothing): every device's part may be held back and submitted with the others' later
+  // (StreamAllreduce, Options::stream_hold).
+  bool waits_on_host_only = false;
   std::vector<std::uint64_t> last_use[role_count];   // by role, by device: values after its last call
 
   Plan() = default;
