@@ -219,7 +219,7 @@ class GgmlComm {
                                 " us in all");
       if (streamed_ && streamed_->held_calls())
         log(LogLevel::info, "ggml comm: " + std::to_string(streamed_->held_calls()) +
-                                " AllReduces held with ggml's work (their batches wait on nothing), released in " +
+                                " AllReduces held with ggml's work (their batches wait on no other device), released in " +
                                 std::to_string(streamed_->hold_releases()) + " submissions a device (TPAR_STREAM_HOLD=" +
                                 std::to_string(comm_->options().stream_hold) + ")");
     } catch (...) {  // a summary is not worth a terminate
