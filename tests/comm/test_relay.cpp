@@ -514,9 +514,17 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
   c.depth = 2;
   c.max_bytes = 64 << 10;
   c.queue_waits = 0b010;  // device 1 waits at its queue
-  for (const bool scalar : {false, true}) {
-    CAPTURE(scalar);
-    c.scalar_sum = scalar;
+  // One thread summing one value a step, one with the vector loop, and helpers: a call of
+  // several chunks (2048 values) is cut into parts of whole chunks, one a thread.
+  struct Way {
+    bool scalar;
+    std::uint32_t threads;
+  };
+  for (const Way way : {Way{true, 1}, Way{false, 1}, Way{false, 2}, Way{false, 4}}) {
+    CAPTURE(way.scalar);
+    CAPTURE(way.threads);
+    c.scalar_sum = way.scalar;
+    c.threads = way.threads;
     HubRig r(3, c);
     if (!r.env.ok()) return;
     const vk::Semaphore release = r.hub->release(1);
@@ -525,8 +533,9 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);
     int call = 0;
+    std::uint64_t split = 0;
     for (std::uint32_t contributing : {0b111u, 0b101u, 0b010u, 0u})
-      for (std::size_t count : {std::size_t{1}, std::size_t{2049}, std::size_t{16384}}) {
+      for (std::size_t count : {std::size_t{1}, std::size_t{2049}, std::size_t{6000}, std::size_t{16384}}) {
         CAPTURE(contributing);
         CAPTURE(count);
         const auto parity = static_cast<std::uint32_t>(call++ % 2);
@@ -537,7 +546,10 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
         const auto stamp = static_cast<std::uint32_t>(seq);
         for (std::size_t d = 0; d < 3; ++d) CHECK(r.hub->slot_words(d, parity)[layout::seq] == stamp);
         r.hub->submitted(seq);
-        // The devices arrive one after another, in pieces, while the thread waits.
+        const std::size_t parts = std::min<std::size_t>(way.threads, std::max<std::size_t>(1, count / 2048));
+        CHECK(r.hub->parts_for(count) == parts);
+        split += parts > 1;
+        // The devices arrive one after another, in pieces, while the threads wait.
         std::thread devices([&] {
           for (std::size_t d : {2, 0, 1}) {
             if ((contributing >> d) & 1u) {
@@ -559,7 +571,9 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
         }));
         CHECK(released == seq);
       }
-    CHECK(eventually([&] { return r.hub->stats().calls == 12; }));
+    CHECK(eventually([&] { return r.hub->stats().calls == 16; }));
+    CHECK(r.hub->stats().split_calls == split);
+    CHECK(split == (way.threads > 1 ? 8u : 0u));
     CHECK(r.failed() == 0);
   }
 }
@@ -658,19 +672,63 @@ TEST_CASE("relay hub: a device that never publishes fails the call at the timeou
   CHECK(r.failed() == 1);
 }
 
+TEST_CASE("relay hub: a part a helper serves that never comes fails the call at the timeout, and the next call is not served") {
+  // Four threads, a call of four chunks: device 1 publishes all but the last chunk (a
+  // helper's part), then nothing. The call fails at the timeout with the missing value
+  // named, no flag is written, and every helper is done with it before the failure ends.
+  detail::RelayHub::Config c;
+  c.depth = 2;
+  c.max_bytes = 64 << 10;
+  c.timeout = 300ms;
+  c.threads = 4;
+  HubRig r(2, c);
+  if (!r.env.ok()) return;
+  const std::size_t count = 4 * 2048;
+  const auto x = integer_inputs(2, count, 15);
+  const std::uint64_t first = r.hub->record(0, count, 0b11);
+  const std::uint64_t second = r.hub->record(1, count, 0b11);
+  r.hub->submitted(second);
+  const auto t0 = std::chrono::steady_clock::now();
+  r.publish(0, 0, x[0], static_cast<std::uint32_t>(first));
+  r.publish(1, 0, x[1], static_cast<std::uint32_t>(first), 0, 3 * 2048);
+  REQUIRE(eventually([&] { return r.failed() > 0; }));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string what = [&] {
+    std::lock_guard lock(r.mutex);
+    return std::string(r.failures.front().what());
+  }();
+  MESSAGE("failed after " << waited * 1e3 << " ms: " << what);
+  CHECK(waited >= 0.29);
+  CHECK(waited < 5.0);
+  CHECK(what.find("device 1 did not publish value 6144 of 8192") != std::string::npos);
+  for (std::size_t d = 0; d < 2; ++d) {
+    CHECK(load(r.hub->slot_words(d, 0) + layout::flag) != static_cast<std::uint32_t>(first));
+    CHECK(load(r.hub->slot_words(d, 1) + layout::flag) != static_cast<std::uint32_t>(second));
+    for (std::uint32_t p = 0; p < 2; ++p) CHECK(load(r.hub->slot_words(d, p) + layout::abort) != 0);
+  }
+  CHECK(r.hub->stats().calls == 0);
+  CHECK(r.failed() == 1);
+}
+
 TEST_CASE("relay hub: backs off while a call's values are long in coming, and costs nothing idle") {
+  // Three threads (the thread and two helpers) and a call of three chunks, one a thread:
+  // the CPU figures cover the helpers too.
   detail::RelayHub::Config c;
   c.depth = 1;
-  c.max_bytes = 16 << 10;
+  c.max_bytes = 32 << 10;
+  c.threads = 3;
   HubRig r(1, c);
   if (!r.env.ok()) return;
-  const auto x = integer_inputs(1, 1000, 14);
+  const std::size_t count = 3 * 2048;
+  const auto x = integer_inputs(1, count, 14);
   const auto cpu0 = r.hub->stats().cpu;
-  const std::uint64_t seq = r.hub->record(0, 1000, 1);
+  const std::uint64_t seq = r.hub->record(0, count, 1);
   r.hub->submitted(seq);
   std::this_thread::sleep_for(500ms);  // the GPU would be busy with earlier work
   r.publish(0, 0, x[0], static_cast<std::uint32_t>(seq));
   REQUIRE(r.served(0, static_cast<std::uint32_t>(seq)));
+  CHECK(r.sum_is(0, x[0]));
+  CHECK(r.hub->stats().split_calls == 1);
   const auto cpu1 = r.hub->stats().cpu;
   std::this_thread::sleep_for(500ms);
   const auto cpu2 = r.hub->stats().cpu;
@@ -728,18 +786,30 @@ void check_relay(VkEnv& env, Communicator<ProxyBridge>& comm, std::size_t count,
 }  // namespace
 
 TEST_CASE("relay on 1 to 8 devices: exact, identical, the f32 sum in device order, for many sizes") {
-  for (std::uint32_t n : {2u, 3u, 4u, 5u, 8u}) {
-    VkEnv env(n, {.sync_validation = relay_sync_validation()});
+  // The default threads (2), and one and five on two and three devices: a call is served
+  // in parts of whole chunks (2048 values), the sums bit-identical whatever the parts.
+  struct Case {
+    std::uint32_t n, threads;
+  };
+  for (const Case k : {Case{2, 2}, Case{3, 2}, Case{4, 2}, Case{5, 2}, Case{8, 2}, Case{2, 1}, Case{2, 5}, Case{3, 5}}) {
+    CAPTURE(k.threads);
+    VkEnv env(k.n, {.sync_validation = relay_sync_validation()});
     if (!env.ok()) return;
-    Communicator<ProxyBridge> comm(env.group(), relay_options());
-    const std::uint32_t all = (1u << n) - 1;
+    Options o = relay_options();
+    o.relay_threads = k.threads;
+    Communicator<ProxyBridge> comm(env.group(), o);
+    const std::uint32_t all = (1u << k.n) - 1;
+    std::uint64_t split = 0;
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{511}, std::size_t{513}, std::size_t{4096},
-                              std::size_t{16384}, std::size_t{65536}})
-      check_relay(env, comm, count, all, 100 + count + n);
+                              std::size_t{10000}, std::size_t{16384}, std::size_t{65536}}) {
+      check_relay(env, comm, count, all, 100 + count + k.n);
+      split += 2 * (k.threads > 1 && count >= 4096);
+    }
     check_relay(env, comm, 3000, all & ~1u, 7);
-    check_relay(env, comm, 3000, 1u << (n - 1), 8);
+    check_relay(env, comm, 3000, 1u << (k.n - 1), 8);
     check_relay(env, comm, 3000, 0, 9);
-    CHECK(comm.relay_stats().calls == 2 * (7 + 3));
+    CHECK(comm.relay_stats().calls == 2 * (8 + 3));
+    CHECK(comm.relay_stats().split_calls == split);
   }
 }
 
@@ -1027,6 +1097,12 @@ TEST_CASE("relay: bad relay options are refused") {
   Options o = relay_options();
   o.relay_host_peers = 31;
   CHECK(code_of([&] { Communicator<ProxyBridge> comm(env.group(), o); }) == ErrorCode::invalid_argument);
+  for (std::uint32_t bad : {0u, 17u}) {
+    CAPTURE(bad);
+    Options t = relay_options();
+    t.relay_threads = bad;
+    CHECK(code_of([&] { Communicator<ProxyBridge> comm(env.group(), t); }) == ErrorCode::invalid_argument);
+  }
 }
 
 TEST_CASE("relay under synchronization validation: a few calls, deferred and not") {

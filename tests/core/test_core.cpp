@@ -70,6 +70,17 @@ TEST_CASE("environment overrides are parsed and unknown values rejected with the
   ::setenv("TPAR_STREAM_HOLD", "", 1);  // empty: unset
   CHECK(Options{}.with_environment().stream_hold == 16);
   ::unsetenv("TPAR_STREAM_HOLD");
+  CHECK(Options{}.with_environment().relay_threads == 2);
+  ::setenv("TPAR_RELAY_THREADS", "1", 1);
+  CHECK(Options{}.with_environment().relay_threads == 1);
+  ::setenv("TPAR_RELAY_THREADS", "16", 1);
+  CHECK(Options{}.with_environment().relay_threads == 16);
+  for (const char* bad : {"0", "17", "-1", "2x", " 2", "all"}) {
+    CAPTURE(bad);
+    ::setenv("TPAR_RELAY_THREADS", bad, 1);
+    refused("1 to 16");
+  }
+  ::unsetenv("TPAR_RELAY_THREADS");
 }
 
 TEST_CASE("the default wire is f32 for small payloads and bf16 for large ones") {

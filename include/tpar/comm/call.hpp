@@ -58,7 +58,8 @@ struct CallInfo {
 // The relay's host thread so far (zeros before the first relay call).
 struct RelayStats {
   std::uint64_t calls = 0;                // relay calls it served
-  std::chrono::nanoseconds cpu{0};        // its CPU time
+  std::chrono::nanoseconds cpu{0};        // its CPU time, its helpers' included
+  std::uint64_t split_calls = 0;          // calls served in parts by several threads (Options::relay_threads)
   // Where the served calls' time went, summed over them (divide by calls): from the call's
   // submission to every device's first values seen by the thread (the GPUs start the
   // kernels, which publish), and from there to the sum in every slot with its flag.

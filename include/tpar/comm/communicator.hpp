@@ -141,11 +141,11 @@ class Communicator {
   // What the last call chose.
   const CallInfo& last_call() const { return last_call_; }
 
-  // The relay's host thread: calls served, CPU time (tpar-bench reports it per call).
+  // The relay's host threads: calls served, CPU time (tpar-bench reports it per call).
   RelayStats relay_stats() const {
     if (!relay_) return {};
     const auto s = relay_->stats();
-    return {s.calls, s.cpu, s.arriving, s.serving};
+    return {s.calls, s.cpu, s.split_calls, s.arriving, s.serving};
   }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits

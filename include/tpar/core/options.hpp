@@ -1,6 +1,6 @@
 // Options — what a communicator may choose for itself, and the environment overrides
-// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_SUM, TPAR_STREAM_HOLD) a user can
-// set without recompiling the host.
+// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_SUM, TPAR_RELAY_THREADS,
+// TPAR_STREAM_HOLD) a user can set without recompiling the host.
 #pragma once
 
 #include <tpar/core/wire.hpp>
@@ -63,6 +63,8 @@ constexpr std::string_view to_string(AlgoChoice a) {
 inline constexpr std::uint32_t max_pieces_per_chunk = 64;
 // The most calls a communicator keeps in flight (Options::depth).
 inline constexpr std::uint32_t max_depth = 128;
+// The most host threads that serve one relay call (Options::relay_threads).
+inline constexpr std::uint32_t max_relay_threads = 16;
 
 struct Options {
   // Cross-device sync (runtime-selected communicator only): native = NativeImport,
@@ -89,6 +91,14 @@ struct Options {
   // the loop of before, kept to compare: tpar-bench, tests). The sums are bit-identical.
   // TPAR_RELAY_SUM=vector|scalar.
   bool relay_scalar_sum = false;
+  // Host threads that serve a relay call together: a call of at least two chunks (2048
+  // values each) is cut into up to this many parts of whole chunks, each thread reading
+  // its part's values from every device, summing them in device order and writing the
+  // part into every device's slot (the sums are bit-identical to one thread's). The
+  // host's reading of the devices' published values is most of a 16-64 KiB call's time
+  // (docs/design/relay-threads.md); each thread spins only while relay calls are in
+  // flight. TPAR_RELAY_THREADS=1..16; 1 is the one thread of before.
+  std::uint32_t relay_threads = 2;
   // tpar::StreamAllreduce: the most AllReduces whose batches wait on no other device (the
   // relay's) every device's stream holds with the host's work before they go out
   // together; fewer while a GPU may run dry. Every vkQueueSubmit ends a batch, and on
@@ -144,8 +154,8 @@ struct Options {
     return payload_bytes >= bf16_min_bytes ? Wire::bf16 : Wire::f32;
   }
 
-  // These options with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_SUM and
-  // TPAR_STREAM_HOLD applied where set.
+  // These options with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_SUM,
+  // TPAR_RELAY_THREADS and TPAR_STREAM_HOLD applied where set.
   // An unknown value throws an Error that lists the valid ones.
   Options with_environment() const;
 
@@ -207,6 +217,14 @@ inline Options Options::with_environment() const {
     if (s == "vector") o.relay_scalar_sum = false;
     else if (s == "scalar") o.relay_scalar_sum = true;
     else detail::bad_env("TPAR_RELAY_SUM", s, "vector, scalar");
+  }
+  if (const char* v = detail::env_value("TPAR_RELAY_THREADS")) {
+    const std::string_view s(v);
+    char* end = nullptr;
+    const unsigned long t = std::strtoul(v, &end, 10);
+    if (*end || t < 1 || t > max_relay_threads || !std::isdigit(static_cast<unsigned char>(s[0])))
+      detail::bad_env("TPAR_RELAY_THREADS", s, "1 to " + std::to_string(max_relay_threads));
+    o.relay_threads = static_cast<std::uint32_t>(t);
   }
   if (const char* v = detail::env_value("TPAR_STREAM_HOLD")) {
     const std::string_view s(v);

@@ -222,6 +222,10 @@ class GgmlComm {
                                 " AllReduces held with ggml's work (their batches wait on no other device), released in " +
                                 std::to_string(streamed_->hold_releases()) + " submissions a device (TPAR_STREAM_HOLD=" +
                                 std::to_string(comm_->options().stream_hold) + ")");
+      if (const RelayStats r = comm_->relay_stats(); r.calls)
+        log(LogLevel::info, "ggml comm: the relay served " + std::to_string(r.calls) + " AllReduces, " +
+                                std::to_string(r.split_calls) + " of them in parts by several host threads (TPAR_RELAY_THREADS=" +
+                                std::to_string(comm_->options().relay_threads) + ")");
     } catch (...) {  // a summary is not worth a terminate
     }
     streamed_.reset();  // what the streams hold goes to the queues; they stop holding

@@ -9,7 +9,10 @@
 // device arrived (a contributing device's stamped values; the header stamp of one that
 // contributes nothing), sums the values in device order 0..n-1 (then the host-played
 // peers), chunk by chunk as they arrive, writes each chunk into every device's slot, and
-// after the last one fences and writes the flags; a device whose kernel cannot wait long
+// after the last one fences and writes the flags. A call of several chunks is cut into
+// parts of whole chunks served at once by up to Config::threads threads (the thread and
+// its helpers), each summing its part the same way; the thread writes the flags once
+// every helper has fenced its part's stores and said so; a device whose kernel cannot wait long
 // (lavapipe) gets its queue released through a timeline semaphore instead. It spins only
 // while a call is in flight, backs off (yield, then sleeps) while a call's values are
 // long in coming, and blocks on a condition variable when nothing is in flight. A call
@@ -153,11 +156,13 @@ class RelayHub {
     std::uint32_t queue_waits = 0;         // bit d: device d's queue waits on release(d)
     std::uint64_t first_sequence = 1;      // tests start near a stamp wrap
     bool scalar_sum = false;               // Options::relay_scalar_sum
+    std::uint32_t threads = 1;             // Options::relay_threads: the thread and its helpers
   };
 
   struct Stats {
     std::uint64_t calls = 0;               // calls served
-    std::chrono::nanoseconds cpu{0};       // the thread's CPU time so far
+    std::chrono::nanoseconds cpu{0};       // the threads' CPU time so far (helpers included)
+    std::uint64_t split_calls = 0;         // calls served in more than one part
     std::chrono::nanoseconds arriving{0};  // summed over calls: handed to the thread -> every device's first values seen
     std::chrono::nanoseconds serving{0};   // summed over calls: those values seen -> every flag written
   };
@@ -187,10 +192,24 @@ class RelayHub {
       peers_[p].resize(max_count);
       for (std::size_t i = 0; i < max_count; ++i) peers_[p][i] = relay_host_peer_value(p, i);
     }
+    if (config_.threads < 1 || config_.threads > max_relay_threads)
+      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(config_.threads) + " is out of range: use 1 to " +
+                                                   std::to_string(max_relay_threads));
     log(LogLevel::info, std::string("relay: the host thread sums ") +
                             (config_.scalar_sum ? std::string("one value a step (TPAR_RELAY_SUM=scalar)")
-                                                : std::string("with ") + relay_accumulate_path()));
-    thread_ = std::thread([this] { run(); });
+                                                : std::string("with ") + relay_accumulate_path()) +
+                            (config_.threads > 1 ? "; a call of " + std::to_string(2 * chunk) + " values or more is served by up to " +
+                                                       std::to_string(config_.threads) + " threads (TPAR_RELAY_THREADS)"
+                                                 : std::string("; one thread a call (TPAR_RELAY_THREADS=1)")));
+    helpers_.reserve(config_.threads - 1);
+    for (std::uint32_t h = 0; h + 1 < config_.threads; ++h) helpers_.push_back(std::make_unique<Helper>());
+    try {
+      for (auto& h : helpers_) h->thread = std::thread([this, helper = h.get()] { help(*helper); });
+      thread_ = std::thread([this] { run(); });
+    } catch (...) {
+      stop_helpers();
+      throw;
+    }
   }
 
   RelayHub(const RelayHub&) = delete;
@@ -294,9 +313,16 @@ class RelayHub {
   std::size_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }
 
   Stats stats() {
-    return {served_.load(std::memory_order_acquire), thread_cpu_time(thread_),
+    auto cpu = thread_cpu_time(thread_);
+    for (auto& h : helpers_) cpu += thread_cpu_time(h->thread);
+    return {served_.load(std::memory_order_acquire), cpu, split_calls_.load(std::memory_order_acquire),
             std::chrono::nanoseconds(arriving_ns_.load(std::memory_order_acquire)),
             std::chrono::nanoseconds(serving_ns_.load(std::memory_order_acquire))};
+  }
+
+  // The threads that serve a call of `count` values together (1 for a call of one chunk).
+  std::size_t parts_for(std::size_t count) const {
+    return std::max<std::size_t>(1, std::min<std::size_t>(config_.threads, count / chunk));
   }
 
   // Ends the thread (a call it is serving is left where it is: abort() first if the GPU
@@ -309,9 +335,13 @@ class RelayHub {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    stop_helpers();
   }
 
  private:
+  // Values a step of the thread's loop takes from each device; a call is cut into parts
+  // of whole chunks.
+  static constexpr std::size_t chunk = 2048;
   struct Call {
     std::uint64_t sequence = 0;
     std::uint32_t stamp = 0;
@@ -352,6 +382,72 @@ class RelayHub {
     std::uint32_t spins_ = 0;
     std::chrono::steady_clock::time_point since_;
   };
+
+  // A helper thread and the part of a call it is given. The thread writes `job` and then
+  // `posted` (a new generation); the helper serves the part, fences its stores, writes
+  // `failed`/`why`, then `done` (the generation).
+  struct alignas(64) Helper {
+    Call job;
+    std::size_t begin = 0, end = 0;
+    std::chrono::steady_clock::time_point deadline;
+    std::atomic<std::uint64_t> posted{0};
+    alignas(64) std::atomic<std::uint64_t> done{0};
+    bool failed = false;
+    std::string why;
+    std::atomic<bool> asleep{false};
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::thread thread;
+  };
+
+  void help(Helper& me) {
+#if defined(__linux__)
+    (void)::pthread_setname_np(::pthread_self(), "tpar-relay-h");
+#endif
+    using namespace std::chrono_literals;
+    std::uint64_t seen = 0;
+    auto idle_since = std::chrono::steady_clock::now();
+    for (;;) {
+      const std::uint64_t gen = me.posted.load(std::memory_order_acquire);
+      if (gen != seen) {
+        seen = gen;
+        std::string why;
+        const bool ok = serve_range(me.job, me.begin, me.end, me.deadline, why, nullptr);
+        relay_store_fence();  // this part's stores into the slots, before the thread writes the flags
+        me.failed = !ok;
+        me.why = std::move(why);
+        me.done.store(gen, std::memory_order_release);
+        idle_since = std::chrono::steady_clock::now();
+        continue;
+      }
+      if (helpers_stop_.load(std::memory_order_acquire)) return;
+      // Idle: spin a little (200 us while relay calls are in flight, 50 after), then sleep
+      // until the thread posts a part. A part is posted when its call is handed to the
+      // thread, usually well before the devices' values come, so waking costs little.
+      const auto idle = std::chrono::steady_clock::now() - idle_since;
+      if (idle < (in_flight_.load(std::memory_order_acquire) != 0 ? 200us : 50us)) {
+        for (int i = 0; i < 16; ++i) relay_cpu_relax();
+        continue;
+      }
+      std::unique_lock lock(me.mutex);
+      me.asleep.store(true, std::memory_order_seq_cst);
+      me.cv.wait(lock, [&] {
+        return me.posted.load(std::memory_order_seq_cst) != seen || helpers_stop_.load(std::memory_order_seq_cst);
+      });
+      me.asleep.store(false, std::memory_order_relaxed);
+      idle_since = std::chrono::steady_clock::now();
+    }
+  }
+
+  void stop_helpers() {
+    helpers_stop_.store(true, std::memory_order_seq_cst);
+    for (auto& h : helpers_) {
+      { std::lock_guard lock(h->mutex); }
+      h->cv.notify_one();
+    }
+    for (auto& h : helpers_)
+      if (h->thread.joinable()) h->thread.join();
+  }
 
   void run() {
 #if defined(__linux__)
@@ -397,8 +493,6 @@ class RelayHub {
 
   // One call: false (and why) when its values did not all come in time.
   bool serve(const Call& c, std::chrono::steady_clock::time_point deadline, std::string& why) {
-    constexpr std::size_t chunk = 2048;
-    alignas(64) float acc[chunk];
     Backoff backoff;
     auto arrived = c.handed;  // every device's first chunk seen (set below; a call of no values has none)
     const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
@@ -413,8 +507,69 @@ class RelayHub {
         }
       backoff.progress();
     }
-    for (std::size_t base = 0; base < c.count; base += chunk) {
-      const std::size_t m = std::min(chunk, c.count - base);
+    // Parts of whole chunks: part p takes chunks [p C / P, (p + 1) C / P); part 0 is this
+    // thread's, part p the helper p - 1's.
+    const std::size_t parts = parts_for(c.count);
+    const std::size_t chunks = (c.count + chunk - 1) / chunk;
+    const auto part_begin = [&](std::size_t p) { return std::min(c.count, p * chunks / parts * chunk); };
+    for (std::size_t p = 1; p < parts; ++p) {
+      Helper& h = *helpers_[p - 1];
+      h.job = c;
+      h.begin = part_begin(p);
+      h.end = part_begin(p + 1);
+      h.deadline = deadline;
+      h.posted.store(++generation_, std::memory_order_seq_cst);
+      if (h.asleep.load(std::memory_order_seq_cst)) {
+        std::lock_guard lock(h.mutex);
+        h.cv.notify_one();
+      }
+    }
+    bool ok = serve_range(c, 0, part_begin(1), deadline, why, &arrived);
+    // Every helper's part, whatever became of this one: a helper gives up by the same
+    // deadline (or when the hub stops), so this wait ends; none may still be at work when
+    // the next call is posted.
+    for (std::size_t p = 1; p < parts; ++p) {
+      Helper& h = *helpers_[p - 1];
+      const std::uint64_t gen = h.posted.load(std::memory_order_relaxed);
+      for (std::uint32_t spins = 0; h.done.load(std::memory_order_acquire) != gen; ++spins) {
+        if (spins < 4096) relay_cpu_relax();
+        else std::this_thread::yield();
+      }
+      if (h.failed && ok) {
+        ok = false;
+        why = h.why;
+      }
+    }
+    if (!ok) return false;
+    if (parts > 1) split_calls_.fetch_add(1, std::memory_order_relaxed);
+    // Every device has published this call and none can publish again before it has the
+    // sum: the moment to clear stale stamps before they repeat (once per 2^32 calls).
+    if (c.stamp == 0xFFFFFFFFu) scrub();
+    served_.fetch_add(1, std::memory_order_acq_rel);  // before any device can finish the call
+    relay_store_fence();
+    for (std::size_t d = 0; d < n_; ++d)
+      relay_store_word(&slot_words(d, c.parity)[relay_layout::flag], c.stamp);
+    relay_store_fence();
+    const auto written = std::chrono::steady_clock::now();
+    arriving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(arrived - c.handed).count(),
+                           std::memory_order_acq_rel);
+    serving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(written - arrived).count(),
+                          std::memory_order_acq_rel);
+    release_queues(c.sequence);
+    return true;
+  }
+
+  // Values [begin, end) of call c (whole chunks from `begin`): read from every contributing
+  // device as they arrive, summed in device order (then the host-played peers), written
+  // into every device's slot. False (and why) when a device's values did not come by
+  // `deadline` or the hub stops. `arrived`: set when the first chunk's values are all in.
+  bool serve_range(const Call& c, std::size_t begin, std::size_t end, std::chrono::steady_clock::time_point deadline,
+                   std::string& why, std::chrono::steady_clock::time_point* arrived) {
+    alignas(64) float acc[chunk];
+    Backoff backoff;
+    const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
+    for (std::size_t base = begin; base < end; base += chunk) {
+      const std::size_t m = std::min(chunk, end - base);
       bool first = true;
       for (std::size_t d = 0; d < n_; ++d) {
         if (!contributes(d)) continue;
@@ -446,24 +601,10 @@ class RelayHub {
       };
       for (const auto& peer : peers_) add(peer.data() + base);
       if (first) std::fill_n(acc, m, 0.0f);
-      if (base == 0) arrived = std::chrono::steady_clock::now();
+      if (arrived && base == begin) *arrived = std::chrono::steady_clock::now();
       for (std::size_t d = 0; d < n_; ++d)
         std::memcpy(slot_words(d, c.parity) + relay_layout::payload + base, acc, m * sizeof(float));
     }
-    // Every device has published this call and none can publish again before it has the
-    // sum: the moment to clear stale stamps before they repeat (once per 2^32 calls).
-    if (c.stamp == 0xFFFFFFFFu) scrub();
-    served_.fetch_add(1, std::memory_order_acq_rel);  // before any device can finish the call
-    relay_store_fence();
-    for (std::size_t d = 0; d < n_; ++d)
-      relay_store_word(&slot_words(d, c.parity)[relay_layout::flag], c.stamp);
-    relay_store_fence();
-    const auto written = std::chrono::steady_clock::now();
-    arriving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(arrived - c.handed).count(),
-                           std::memory_order_acq_rel);
-    serving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(written - arrived).count(),
-                          std::memory_order_acq_rel);
-    release_queues(c.sequence);
     return true;
   }
 
@@ -521,6 +662,11 @@ class RelayHub {
   std::mutex release_mutex_;
   std::uint64_t released_ = 0;
 
+  std::vector<std::unique_ptr<Helper>> helpers_;
+  std::atomic<bool> helpers_stop_{false};
+  std::uint64_t generation_ = 0;  // the thread's only: the last part posted to a helper
+  std::atomic<std::uint64_t> split_calls_{0};
+
   std::thread thread_;  // last: started once everything above exists
 };
 
@@ -565,6 +711,10 @@ struct RelaySetup {
     r.config.timeout = options.timeout;
     r.config.queue_waits = r.gate.queue_waits;
     r.config.scalar_sum = options.relay_scalar_sum;
+    if (options.relay_threads < 1 || options.relay_threads > max_relay_threads)
+      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(options.relay_threads) +
+                                                   " is out of range: use 1 to " + std::to_string(max_relay_threads));
+    r.config.threads = options.relay_threads;
     return r;
   }
 
