@@ -99,6 +99,21 @@ case "$name" in
     compare tpar ggml --exact          # both sum two f32 values: a + b == b + a
     compare tpar none $bound_vs_none
     compare ggml none $bound_vs_none
+    # Steps of 32 and 64 tokens make relay calls of 8192 and 16384 values, four and eight
+    # chunks: served in parts by the relay's host threads (TPAR_RELAY_THREADS=4), and by
+    # one thread, the same logits as OneShot's f32 sum (equal to ggml's AllReduce above;
+    # ggml's own, on two lavapipe devices, crashes in the driver on these steps).
+    RUN_ARGS="-n 8 --batch-at 2:32,5:64" run tpar-steps dense.gguf "$pair" tensor TPAR_ALGO=oneshot TPAR_WIRE=f32
+    for t in 1 4; do
+      RUN_ARGS="-n 8 --batch-at 2:32,5:64" run tpar-relay-t$t dense.gguf "$pair" tensor TPAR_ALGO=relay TPAR_RELAY_THREADS=$t
+      check_served tpar-relay-t$t 2
+      compare tpar-relay-t$t tpar-steps --exact
+    done
+    split=$(sed -nE 's/.*the relay served [0-9]+ AllReduces, ([0-9]+) of them in parts.*/\1/p' "$dir/tpar-relay-t4.log")
+    echo "tpar-relay-t4: $split relay calls served in parts"
+    [[ ${split:-0} -gt 0 ]] || fail "tpar-relay-t4: no relay call was served in parts"
+    split=$(sed -nE 's/.*the relay served [0-9]+ AllReduces, ([0-9]+) of them in parts.*/\1/p' "$dir/tpar-relay-t1.log")
+    [[ ${split:-x} == 0 ]] || fail "tpar-relay-t1: $split relay calls served in parts with one thread"
     ;;
   dense-3-zero-slices)
     # 256 wide, 4 heads, 2 KV heads over 3 devices: the attention split's granularity
