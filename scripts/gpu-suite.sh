@@ -39,16 +39,18 @@
 #             MOVE_TREES=new times the bundle's tree alone, without bin-old)
 #   decode    a token's AllReduce boundary, each decode path side by side in one run: the
 #             chain (tpar-bench --chain 64, 58 MiB of weights a step, wiring streams) at
-#             4/16/64 KiB with OneShot, the relay, the relay summing one value a step and
-#             the relay with TPAR_STREAM_HOLD=1; then llama-bench decode with -sm none on
-#             one GPU (first and last) and -sm tensor with tpar on 2 (the automatic
-#             choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay, and the relay with
-#             TPAR_STREAM_HOLD=1, each call its own submission): Llama-3-8B's shapes q8_0
+#             4/16/64 KiB with OneShot, the relay (its default threads), the relay with
+#             TPAR_RELAY_THREADS=1 and =4, and with TPAR_STREAM_HOLD=1; then llama-bench
+#             decode with -sm none on one GPU (first and last) and -sm tensor with tpar on
+#             2 (the automatic choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay, the relay with
+#             TPAR_RELAY_THREADS=1, and with TPAR_STREAM_HOLD=1, each call its own
+#             submission): Llama-3-8B's shapes q8_0
 #             and Q4_K_M (tg128, and -d 8192 -n 128), 70B's with 20 layers (tg64) and the
 #             32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
 #             chain out, DECODE_SIZES sets its sizes (default 4K,16K,64K; 4K,16K,32K,48K,64K
-#             finds the relay's crossover with OneShot), DECODE_TRACE=1 adds a 2-GPU 8B
+#             finds the relay's crossover with OneShot; DECODE_RELAY_MAX=256K lets the
+#             relay rows take calls up to 256 KiB), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
 #             (traces-decode.tar.xz)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
@@ -609,6 +611,7 @@ decode_rows() {  # TAG MODEL ARGS
   bench "tpar2-auto-$1" "$2" 2 tensor "$3"
   bench "tpar2-oneshot-$1" "$2" 2 tensor "$3" TPAR_ALGO=oneshot
   bench "tpar2-relay-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay
+  bench "tpar2-relay-t1-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=1
   bench "tpar2-relay-hold1-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
   # one GPU again: the first run after a model is made can find the GPU cold
   bench "none2-$1" "$2" 1 none "$3"
@@ -618,13 +621,16 @@ run_decode() {
   say "part decode"
   if [[ ${DECODE_CHAIN:-1} != 0 ]]; then
     local how
-    for how in "oneshot" "relay" "relay --relay-sum scalar" "relay hold1"; do
-      local hold=16
+    for how in "oneshot" "relay" "relay threads1" "relay threads4" "relay hold1"; do
+      local hold=16 threads=2
       [[ $how == "relay hold1" ]] && { how=relay; hold=1; }
-      echo "## TPAR_STREAM_HOLD=$hold tpar-bench --devices $(visible 2) --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
+      [[ $how == "relay threads"* ]] && { threads=${how#relay threads}; how=relay; }
+      [[ $how == relay && -n ${DECODE_RELAY_MAX:-} ]] && how="relay --relay-max $DECODE_RELAY_MAX"
+      echo "## TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads tpar-bench --devices $(visible 2) --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
       # shellcheck disable=SC2086
-      TPAR_STREAM_HOLD=$hold "$bin/tpar-bench" --devices "$(visible 2)" --chain 64 --chain-work 58M --chain-wiring streams --algo $how \
-        --sizes "${DECODE_SIZES:-4K,16K,64K}" -n 20 -r "$reps" -q >> "$log" 2>&1 || part_fail "decode chain $how"
+      TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads "$bin/tpar-bench" --devices "$(visible 2)" --chain 64 --chain-work 58M \
+        --chain-wiring streams --algo $how --sizes "${DECODE_SIZES:-4K,16K,64K}" -n 20 -r "$reps" -q >> "$log" 2>&1 ||
+        part_fail "decode chain $how"
     done
   fi
   local which=${DECODE_MODELS:-8b,8b-d8192,8b-q4_k_m,70b20,tiny} m
