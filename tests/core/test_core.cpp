@@ -81,6 +81,19 @@ TEST_CASE("environment overrides are parsed and unknown values rejected with the
     refused("1 to 16");
   }
   ::unsetenv("TPAR_RELAY_THREADS");
+  CHECK(Options{}.with_environment().relay_max_bytes == 65536);
+  for (auto [given, bytes] : {std::pair{"256K", 262144}, std::pair{"1M", 1048576}, std::pair{"4", 4}, std::pair{"64M", 67108864},
+                              std::pair{"4096", 4096}, std::pair{"32k", 32768}}) {
+    CAPTURE(given);
+    ::setenv("TPAR_RELAY_MAX", given, 1);
+    CHECK(Options{}.with_environment().relay_max_bytes == static_cast<std::size_t>(bytes));
+  }
+  for (const char* bad : {"0", "6", "65M", "64KB", "K", "-4", " 64K", "1G", "99999999999999999999", "17592186044417M"}) {
+    CAPTURE(bad);
+    ::setenv("TPAR_RELAY_MAX", bad, 1);
+    refused("a size of 4 bytes to 64M");
+  }
+  ::unsetenv("TPAR_RELAY_MAX");
 }
 
 TEST_CASE("the default wire is f32 for small payloads and bf16 for large ones") {

@@ -1,6 +1,6 @@
 // Options — what a communicator may choose for itself, and the environment overrides
-// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_SUM, TPAR_RELAY_THREADS,
-// TPAR_STREAM_HOLD) a user can set without recompiling the host.
+// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_MAX, TPAR_RELAY_SUM,
+// TPAR_RELAY_THREADS, TPAR_STREAM_HOLD) a user can set without recompiling the host.
 #pragma once
 
 #include <tpar/core/wire.hpp>
@@ -80,6 +80,7 @@ struct Options {
   std::size_t oneshot_max_bytes = std::size_t{12} << 20;
   // The largest payload the relay takes; each device holds a slot this large in its own
   // host-visible memory (and twice that in host memory) per call in flight (depth).
+  // TPAR_RELAY_MAX=SIZE (bytes, or with K or M: 64K, 1M).
   std::size_t relay_max_bytes = std::size_t{64} << 10;
   // Tests and tpar-bench only: the relay's host thread plays this many extra devices,
   // which contribute relay_host_peer_value(peer, i) (algo/relay.hpp) to every relay
@@ -154,8 +155,8 @@ struct Options {
     return payload_bytes >= bf16_min_bytes ? Wire::bf16 : Wire::f32;
   }
 
-  // These options with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_SUM,
-  // TPAR_RELAY_THREADS and TPAR_STREAM_HOLD applied where set.
+  // These options with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_MAX,
+  // TPAR_RELAY_SUM, TPAR_RELAY_THREADS and TPAR_STREAM_HOLD applied where set.
   // An unknown value throws an Error that lists the valid ones.
   Options with_environment() const;
 
@@ -217,6 +218,18 @@ inline Options Options::with_environment() const {
     if (s == "vector") o.relay_scalar_sum = false;
     else if (s == "scalar") o.relay_scalar_sum = true;
     else detail::bad_env("TPAR_RELAY_SUM", s, "vector, scalar");
+  }
+  if (const char* v = detail::env_value("TPAR_RELAY_MAX")) {
+    const std::string_view s(v);
+    char* end = nullptr;
+    unsigned long long b = std::isdigit(static_cast<unsigned char>(s[0])) ? std::strtoull(v, &end, 10) : 0;
+    const std::string_view unit = end ? std::string_view(end) : std::string_view();
+    if (unit == "K" || unit == "k") b = b <= (1u << 16) ? b << 10 : 0;
+    else if (unit == "M" || unit == "m") b = b <= 64 ? b << 20 : 0;
+    else if (!unit.empty()) b = 0;
+    if (b < 4 || b > (std::size_t{64} << 20) || b % 4)
+      detail::bad_env("TPAR_RELAY_MAX", s, "a size of 4 bytes to 64M, a multiple of 4 (65536, 64K, 1M)");
+    o.relay_max_bytes = static_cast<std::size_t>(b);
   }
   if (const char* v = detail::env_value("TPAR_RELAY_THREADS")) {
     const std::string_view s(v);
