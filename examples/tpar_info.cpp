@@ -4,6 +4,7 @@
 
 #include "common/cli.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -44,7 +45,10 @@ std::string algorithm_text(const tpar::Options& o, const tpar::RelayGate& relay)
   if (o.algo == tpar::AlgoChoice::relay) return relay_part + "larger calls " + by_size + " (TPAR_ALGO=relay)";
   if (o.algo != tpar::AlgoChoice::automatic)
     return std::string(tpar::to_string(o.algo)) + " for every size (TPAR_ALGO=" + std::string(tpar::to_string(o.algo)) + ")";
-  return (relay.automatic ? relay_part + "for calls through a tpar::StreamAllreduce (as under llama.cpp); " : std::string()) +
+  const std::size_t automatic_max = std::min(o.relay_max_bytes, relay.automatic_max_bytes);
+  return (relay.automatic ? "the relay up to " + std::to_string(automatic_max >> 10) +
+                                " KiB for calls through a tpar::StreamAllreduce (as under llama.cpp); "
+                          : std::string()) +
          by_size + " (TPAR_ALGO)";
 }
 

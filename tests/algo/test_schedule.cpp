@@ -377,7 +377,7 @@ TEST_CASE("Relay: one compute batch and one kernel per device, or publish and co
       }
 }
 
-TEST_CASE("BySize: the relay up to relay_max_bytes where allowed or asked for, then OneShot and ChunkedRing") {
+TEST_CASE("BySize: the relay up to its bounds where allowed or asked for, then OneShot and ChunkedRing") {
   ScheduleRequest rq;
   rq.devices = 4;
   rq.relay_max_bytes = 64 << 10;
@@ -395,6 +395,15 @@ TEST_CASE("BySize: the relay up to relay_max_bytes where allowed or asked for, t
   CHECK(algo(16384) == "relay");   // 64 KiB
   CHECK(algo(16385) == "oneshot");
   CHECK(algo(std::size_t{8} << 20) == "ring");
+  // The automatic choice's own bound (the group's RelayGate: 32 KiB on four GPUs); asked
+  // for, the relay takes calls up to relay_max_bytes.
+  rq.relay_automatic_max_bytes = 32 << 10;
+  CHECK(algo(8192) == "relay");
+  CHECK(algo(8193) == "oneshot");
+  rq.choice = AlgoChoice::relay;
+  CHECK(algo(16384) == "relay");
+  rq.choice = AlgoChoice::automatic;
+  rq.relay_automatic_max_bytes = 64 << 10;
   // A single device needs no relay.
   rq.devices = 1;
   CHECK(algo(16) == "oneshot");

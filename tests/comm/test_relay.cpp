@@ -1007,17 +1007,27 @@ TEST_CASE("relay gate: where kernels wait, where queues wait, and where the auto
     const RelayGate g = relay_gate(caps, both);
     CHECK(g.possible);
     CHECK(g.automatic);
+    CHECK(g.automatic_max_bytes == 64 << 10);
     CHECK(g.reason.find("ride in the host's submissions") != std::string::npos);
+    CHECK(g.reason.find("calls up to 64 KiB") != std::string::npos);
     CHECK(g.queue_waits == 0);
     CHECK_FALSE(g.gpu_queue_waits);
   }
-  {  // three: measured on two only, so asked for only
-    const DeviceCapabilities caps[3] = {gpu(1), gpu(2), gpu(3)};
-    const bool all[3] = {true, true, true};
+  {  // three and four: automatic up to 32 KiB (measured on four); five: asked for only
+    const DeviceCapabilities caps[5] = {gpu(1), gpu(2), gpu(3), gpu(4), gpu(5)};
+    const bool all[5] = {true, true, true, true, true};
+    for (std::size_t n : {3u, 4u}) {
+      CAPTURE(n);
+      const RelayGate g = relay_gate(std::span(caps, n), std::span(all, n));
+      CHECK(g.possible);
+      CHECK(g.automatic);
+      CHECK(g.automatic_max_bytes == 32 << 10);
+      CHECK(g.reason.find("calls up to 32 KiB") != std::string::npos);
+    }
     const RelayGate g = relay_gate(caps, all);
     CHECK(g.possible);
     CHECK_FALSE(g.automatic);
-    CHECK(g.reason.find("only on two devices") != std::string::npos);
+    CHECK(g.reason.find("only on two to four devices") != std::string::npos);
   }
   {  // one without the clock: its queue waits, so not automatic, and why
     const DeviceCapabilities caps[2] = {gpu(1), gpu(2)};

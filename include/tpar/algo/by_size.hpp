@@ -17,7 +17,8 @@ struct BySize {
   static bool use_relay(const ScheduleRequest& rq) {
     if (rq.count * sizeof(float) > rq.relay_max_bytes) return false;
     if (rq.choice == AlgoChoice::relay) return true;
-    return rq.choice == AlgoChoice::automatic && rq.relay_automatic && rq.devices >= 2;
+    return rq.choice == AlgoChoice::automatic && rq.relay_automatic && rq.devices >= 2 &&
+           rq.count * sizeof(float) <= rq.relay_automatic_max_bytes;
   }
 
   // Asked for the relay, a call too large for it goes as chosen automatically.

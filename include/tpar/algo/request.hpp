@@ -39,6 +39,7 @@ struct ScheduleRequest {
   // semaphore) rather than in the kernel; the kernel's spin bound in milliseconds.
   std::size_t relay_max_bytes = std::size_t{64} << 10;
   bool relay_automatic = false;
+  std::size_t relay_automatic_max_bytes = std::size_t{64} << 10;  // the automatic choice's own bound (RelayGate)
   std::uint32_t relay_queue_waits = 0;
   std::uint32_t relay_spin_bound_ms = 20000;
 

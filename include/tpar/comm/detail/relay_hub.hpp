@@ -722,6 +722,7 @@ struct RelaySetup {
     if (options.relay_host_peers) rq.choice = AlgoChoice::relay;
     rq.relay_max_bytes = options.relay_max_bytes;
     rq.relay_automatic = gate.automatic && !off;
+    rq.relay_automatic_max_bytes = gate.automatic_max_bytes;
     rq.relay_queue_waits = gate.queue_waits;
     rq.relay_spin_bound_ms = spin_bound_ms;
   }
