@@ -50,7 +50,10 @@
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
 #             chain out, DECODE_SIZES sets its sizes (default 4K,16K,64K; 4K,16K,32K,48K,64K
 #             finds the relay's crossover with OneShot; DECODE_RELAY_MAX=256K lets the
-#             relay rows take calls up to 256 KiB), DECODE_TRACE=1 adds a 2-GPU 8B
+#             relay rows take calls up to 256 KiB), DECODE_OPS=1 adds ggml-vulkan's
+#             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
+#             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
+#             (labels tpar4-...), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
 #             (traces-decode.tar.xz)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
@@ -208,7 +211,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
-    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed" "$out/bench.err" | sed 's/^/# /' >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served" "$out/bench.err" | sed 's/^/# /' >> "$log"
   else
     tail -15 "$out/bench.err" >> "$log"
     part_fail "llama-bench $label"
@@ -608,13 +611,14 @@ run_relay_probe() {
 }
 
 # The decode paths side by side (part decode): ARGS for llama-bench, then the model.
-decode_rows() {  # TAG MODEL ARGS
+decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
+  local k=${DECODE_N:-2}
   bench "none-$1" "$2" 1 none "$3"
-  bench "tpar2-auto-$1" "$2" 2 tensor "$3"
-  bench "tpar2-oneshot-$1" "$2" 2 tensor "$3" TPAR_ALGO=oneshot
-  bench "tpar2-relay-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay
-  bench "tpar2-relay-t1-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=1
-  bench "tpar2-relay-hold1-$1" "$2" 2 tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
+  bench "tpar$k-auto-$1" "$2" "$k" tensor "$3"
+  bench "tpar$k-oneshot-$1" "$2" "$k" tensor "$3" TPAR_ALGO=oneshot
+  bench "tpar$k-relay-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay
+  bench "tpar$k-relay-t1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=1
+  bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
   # one GPU again: the first run after a model is made can find the GPU cold
   bench "none2-$1" "$2" 1 none "$3"
 }
@@ -628,9 +632,9 @@ run_decode() {
       [[ $how == "relay hold1" ]] && { how=relay; hold=1; }
       [[ $how == "relay threads"* ]] && { threads=${how#relay threads}; how=relay; }
       [[ $how == relay && -n ${DECODE_RELAY_MAX:-} ]] && how="relay --relay-max $DECODE_RELAY_MAX"
-      echo "## TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads tpar-bench --devices $(visible 2) --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
+      echo "## TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads tpar-bench --devices $(visible "${DECODE_N:-2}") --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
       # shellcheck disable=SC2086
-      TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads "$bin/tpar-bench" --devices "$(visible 2)" --chain 64 --chain-work 58M \
+      TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads "$bin/tpar-bench" --devices "$(visible "${DECODE_N:-2}")" --chain 64 --chain-work 58M \
         --chain-wiring streams --algo $how --sizes "${DECODE_SIZES:-4K,16K,64K}" -n 20 -r "$reps" -q >> "$log" 2>&1 ||
         part_fail "decode chain $how"
     done
@@ -640,6 +644,22 @@ run_decode() {
     m=$(model llama3-8b-q8_0 --preset llama3-8b) || return
     [[ ,$which, == *,8b,* ]] && decode_rows 8b "$m" "-p 0 -n 128"
     [[ ,$which, == *,8b-d8192,* ]] && decode_rows 8b-d8192 "$m" "-p 0 -n 128 -d 8192"
+    if [[ ${DECODE_OPS:-0} == 1 ]]; then
+      # ggml-vulkan's own timing of every op (GGML_VK_PERF_LOGGER: a timestamp after each
+      # dispatch and a fence wait per graph, so times run long), one GPU against each of
+      # two; OneShot, whose waits are the queues' (the relay's kernels would wait for a
+      # peer whose graph the logger has not yet submitted).
+      local sm
+      for sm in none tensor; do
+        local vis=0
+        [[ $sm == tensor ]] && vis=$(visible 2)
+        echo "## ops $sm: GGML_VK_VISIBLE_DEVICES=$vis TPAR_ALGO=oneshot GGML_VK_PERF_LOGGER=1 llama-bench -m $(basename "$m") -ngl 99 -fa 1 -sm $sm -p 0 -n 32 -r 1" >> "$log"
+        TPAR_ALGO=oneshot GGML_VK_PERF_LOGGER=1 GGML_VK_PERF_LOGGER_FREQUENCY=1000000 GGML_VK_VISIBLE_DEVICES="$vis" \
+          "$bin/llama-bench" -m "$m" -ngl 99 -fa 1 -sm $sm -p 0 -n 32 -r 1 -o md > "$out/bench.tmp" 2> "$out/bench.err" ||
+          part_fail "ops $sm"
+        sed -n '/Vulkan Timings/,/Total time/p' "$out/bench.err" >> "$log"
+      done
+    fi
     if [[ ${DECODE_TRACE:-0} == 1 ]]; then
       local a
       for a in oneshot relay; do
