@@ -7,10 +7,11 @@ so that no figure there is typed by hand:
   the verdict by model size (GLANCE: parts env cuda, then MOVE_TREES=new move; SERVER:
   part server, the same run on the same machine);
 - PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE), its
-  server table (server; SERVER) and the decode paths side by side (decode: part decode
-  with DECODE_MODELS=8b DECODE_TRACE=1, then nccl, DECODE; and part decode with
-  DECODE_CHAIN=0 over five models, commands back to back on one machine, DECODE_MODELS), and the
-  server under mixed traffic (part server-mixed; MIXED_BEFORE, MIXED_AFTER, STEADY).
+  server table (server; SERVER), the decode paths side by side (decode: on two GPUs part
+  decode with the chain over six sizes and two models, then nccl, and part decode over
+  three more models, two runs in one log, DECODE; on four GPUs the chain and three
+  models, DECODE4), and the server under mixed traffic (part server-mixed; MIXED_BEFORE,
+  MIXED_AFTER, MIXED_RELAY, MIXED_THREADS, STEADY).
 
     python3 docs/perf/llama_report.py            # rewrites the rendered blocks in place
     python3 docs/perf/llama_report.py --check    # exits 1 where a rendered block differs
@@ -31,11 +32,12 @@ RAW = os.path.join(HERE, "raw")
 MOVE = "move-h200x2-d1ea59b.txt"
 GLANCE = "glance-h200x2-cd0cd36.txt"
 SERVER = "server-h200x2-cd0cd36.txt"
-DECODE = "decode-h200x2-bba0208.txt"
-DECODE_MODELS = "decode-h200x2-9240d7b.txt"
+DECODE = "decode-h200x2-1fcf991.txt"
+DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
 MIXED_AFTER = "server-mixed-h200x2-8a4b3b5.txt"
 MIXED_RELAY = "server-mixed-h200x2-9240d7b.txt"
+MIXED_THREADS = "server-mixed-h200x2-1fcf991.txt"
 STEADY = "replay-steady-h200x2-5548578.txt"
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
@@ -102,14 +104,30 @@ def render_first():
               f"Under mixed traffic (1 to 10 requests at once, prompts of 3 to 400 words, 8 to 256 tokens; "
               f"{mx_none[1]} requests, {decode_report.stamp(mx_text)['date']}, 2 {gpu}s): tpar {mx_tpar[3]:.1f} s, `-sm layer` "
               f"{mx_layer[3]:.1f} s, one GPU {mx_none[3]:.1f} s ({mx_none[3] / mx_tpar[3]:.2f}x).")
+    t4 = decode_report.read(DECODE4)
+    b4 = decode_report.benches(t4)
+
+    def four(tag, test, which):
+        one = max(b4[f"none-{tag}"][test][0], b4[f"none2-{tag}"][test][0])
+        return b4[f"tpar4-{which}-{tag}"][test][0] / one
+    d4 = (four("8b", "tg128", "auto"), four("8b-q4_k_m", "tg128", "auto"), four("70b20", "tg64", "auto"),
+          four("8b", "tg128", "oneshot"))
+    s4 = decode_report.stamp(t4.split("\n# tpar gpu-suite:")[-1])
+    server += (f" On four {gpu}s ({s4['date']}, tree {s4['tree']}, llama-bench decode, [raw](docs/perf/raw/{DECODE4})) the "
+               f"8B shapes decode at {d4[0]:.2f}x one GPU (Q8_0) and {d4[1]:.2f}x (Q4_K_M), the 70B shapes at {d4[2]:.2f}x; "
+               f"with OneShot (`TPAR_ALGO=oneshot`, the choice before) the 8B shapes at {d4[3]:.2f}x in the same run.")
+
+    def span(lo, hi):
+        return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
     c8 = b["cuda2-nccl-p2p-off-8b"]["tg128"][0] / b["cuda-none-8b"]["tg128"][0]
     c70 = b["cuda2-nccl-p2p-off-70b20"]["tg64"][0] / b["cuda-none-70b20"]["tg64"][0]
     verdict = (f"**So:** for a large model (the 70B shapes) `-sm tensor` with tpar beats one GPU and `-sm layer` for the "
                f"prompt ({min(v[0] for v in big):.2f}-{max(v[0] for v in big):.2f}x) and for generation "
                f"({min(v[1] for v in big):.2f}-{max(v[1] for v in big):.2f}x); for an 8B model it is faster for the prompt "
                f"({min(v[0] for v in small):.2f}-{max(v[0] for v in small):.2f}x) and for a server whose users' requests run "
-               f"together, but one stream decodes slower than on one GPU ({min(v[1] for v in small):.2f}-"
-               f"{max(v[1] for v in small):.2f}x), and a server under mixed traffic serves "
+               f"together, but on two GPUs one stream decodes slower than on one GPU ({min(v[1] for v in small):.2f}-"
+               f"{max(v[1] for v in small):.2f}x; on four GPUs it decodes at {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server "
+               f"under mixed traffic serves "
                f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate: each GPU's own share of a token's work is most of one GPU's whole token "
                f"(docs/design/relay-in-one-submission.md). CUDA with "
                f"NCCL staged through host memory, as tpar must be, decodes these Q8_0 models at {c8:.2f}x and {c70:.2f}x of "
@@ -148,11 +166,11 @@ def mixed_runs(text):
     '## llama-server LABEL: ... --seed N' header and the summary line of its requests."""
     out, head = [], None
     for line in text.splitlines():
-        m = re.match(r"## llama-server (mixed-[a-z-]+): .*--mixed 16 --seed (\d+)", line)
+        m = re.match(r"## llama-server (mixed-[a-z0-9-]+): .*--mixed 16 --seed (\d+)", line)
         if m:
             head = (m.group(1), int(m.group(2)))
             continue
-        m = re.match(r"(mixed-[a-z-]+): (\d+) of (\d+) requests answered, \d+ failed; (\d+) tokens in ([\d.]+) s, "
+        m = re.match(r"(mixed-[a-z0-9-]+): (\d+) of (\d+) requests answered, \d+ failed; (\d+) tokens in ([\d.]+) s, "
                      r"([\d.]+) t/s in all$", line)
         if m and head and m.group(1) == head[0]:
             out.append((head[0], head[1], (int(m.group(2)), int(m.group(3)), int(m.group(4)), float(m.group(5)),
@@ -162,7 +180,7 @@ def mixed_runs(text):
 
 
 def render_mixed():
-    logs = (MIXED_BEFORE, MIXED_AFTER, MIXED_RELAY)
+    logs = (MIXED_BEFORE, MIXED_AFTER, MIXED_RELAY, MIXED_THREADS)
     texts = [decode_report.read(f) for f in logs]
     stamps = [decode_report.stamp(t) for t in texts]
     runs = [[r for r in mixed_runs(t) if r[1] == 1] for t in texts]
@@ -174,6 +192,7 @@ def render_mixed():
              ("mixed-tpar-eager", "tpar, recording for replay when first seen (`GGML_VK_REPLAY_EAGER=1`, the rule before)"),
              ("mixed-tpar-noreplay", "tpar, replay off (`GGML_VK_DISABLE_REPLAY=1`)"),
              ("mixed-tpar-oneshot", "tpar, OneShot for every small call (`TPAR_ALGO=oneshot`, the choice before the relay's)"),
+             ("mixed-tpar-relay256", "tpar, the relay for calls up to 256 KiB (`TPAR_RELAY_MAX=256K`)"),
              ("mixed-tpar", "tpar, the run's defaults"),
              ("mixed-ggml", "ggml's own AllReduce, 2 GPUs")]
     rows = []
@@ -198,14 +217,15 @@ def render_mixed():
         return f.split('-')[3].split('.')[0]
     table = "\n".join([
         f"| mode | {code(logs[0])}: replay at second sight (one GPU's rate = 1.00x) | {code(logs[1])}: and staging that stops "
-        f"shrinking | {code(logs[2])}: and the relay held, chosen for small calls |",
-        "|---|---|---|---|",
+        f"shrinking | {code(logs[2])}: and the relay held, chosen for small calls | {code(logs[3])}: and two host threads "
+        f"for the relay |",
+        "|---|---|---|---|---|",
         *rows,
     ])
     head = (f"{stamps[-1]['n']} × {stamps[-1]['gpu']} (driver {stamps[-1]['driver']}), {stamps[-1]['date']}, llama-server on the "
             f"Llama-3-8B shapes (q8_0, random weights), `-c 16384 -np 4`, `scripts/server_load.py --mixed 16 --seed 1`: "
             f"{asked[1]} requests in 16 rounds of 1 to 10 at once, {asked[2]} tokens, every request answered in every "
-            f"mode. Three runs, each on a machine of its own, trees " + ", ".join(st["tree"] for st in stamps)
+            f"mode. Four runs, each on a machine of its own, trees " + ", ".join(st["tree"] for st in stamps)
             + " (each the code of the commit its column names); where a cell holds two figures, the mode ran twice in that "
             f"run. Raw: " + ", ".join(f"[perf/raw/{f}](perf/raw/{f})" for f in logs) + ".")
     s2, e2, o2 = tg("replay-second-8b-2"), tg("replay-eager-8b-2"), tg("replay-off-8b-2")
@@ -216,14 +236,16 @@ def render_mixed():
 
 
 def decode_chains(text):
-    """{(how, bytes): (boundary us, cpu us, submits a step)} from part decode's tpar-bench sections (how: oneshot,
-    relay, relay-scalar, each with -hold1 where TPAR_STREAM_HOLD=1)."""
+    """{(how, bytes): (boundary us, cpu us, submits a step, step us)} from part decode's tpar-bench sections (how:
+    oneshot, relay, relay-scalar, each with -hold1 where TPAR_STREAM_HOLD=1 and -tN where TPAR_RELAY_THREADS=N is
+    not the default 2)."""
     out, how = {}, None
     for line in text.splitlines():
-        m = re.match(r"## (?:TPAR_STREAM_HOLD=(\d+) )?tpar-bench --devices \S+ --chain 64 --chain-work 58M --chain-wiring streams "
-                     r"--algo (\w+)( --relay-sum scalar)?", line)
+        m = re.match(r"## (?:TPAR_STREAM_HOLD=(\d+) )?(?:TPAR_RELAY_THREADS=(\d+) )?tpar-bench --devices \S+ --chain 64 "
+                     r"--chain-work 58M --chain-wiring streams --algo (\w+)( --relay-sum scalar)?", line)
         if m:
-            how = m.group(2) + ("-scalar" if m.group(3) else "") + ("-hold1" if m.group(1) == "1" else "")
+            how = (m.group(3) + ("-scalar" if m.group(4) else "") + ("-hold1" if m.group(1) == "1" else "")
+                   + (f"-t{m.group(2)}" if m.group(3) == "relay" and m.group(2) not in (None, "2") else ""))
             continue
         if line.startswith("##"):
             how = None
@@ -231,27 +253,23 @@ def decode_chains(text):
         if how and len(f) == 11 and f[0].isdigit() and f[1] in ("oneshot", "relay"):
             if int(f[10]) != 0:
                 raise ValueError(f"{how} at {f[0]} bytes: {f[10]} wrong results")
-            out[(how, int(f[0]))] = (float(f[5]), float(f[7]), float(f[8]))
+            out[(how, int(f[0]))] = (float(f[5]), float(f[7]), float(f[8]), float(f[3]))
     return out
 
 
-def nccl_chains(text):
-    """{(work, mode, bytes): boundary us} from the NCCL anchor's p2p-off chain lines at n=2."""
+def nccl_chains(text, n=2):
+    """{(work, mode, bytes): boundary us} from the NCCL anchor's p2p-off chain lines at n devices."""
     out = {}
-    for m in re.finditer(r"^p2p-off chain n=2 bytes=\s*(\d+) steps=64 work=(\d+) mode=(\w+) .* boundary_us=\s*([\d.]+) .* ok=(\w+)$",
-                         text, re.M):
+    for m in re.finditer(rf"^p2p-off chain n={n} bytes=\s*(\d+) steps=64 work=(\d+) mode=(\w+) .* boundary_us=\s*([\d.]+) "
+                         r".* ok=(\w+)$", text, re.M):
         if m.group(5) != "True":
             raise ValueError(f"NCCL chain {m.group(0)} not ok")
         out[(int(m.group(2)) > 0, m.group(3), int(m.group(1)))] = float(m.group(4))
     return out
 
 
-def trace_steps(text):
-    """{label: step us} from the trace summaries (the lines after '## trace LABEL')."""
-    out = {}
-    for m in re.finditer(r"^## trace (\S+):.*\n\{\n \"step_us\": ([\d.]+),", text, re.M):
-        out[m.group(1)] = float(m.group(2))
-    return out
+def kib(n):
+    return f"{n >> 10} KiB"
 
 
 def render_decode():
@@ -259,72 +277,105 @@ def render_decode():
     st = decode_report.stamp(text)
     ch = decode_chains(text)
     nc = nccl_chains(text)
-    sizes = (4096, 16384, 65536)
+    sizes = sorted({n for how, n in ch if how == "relay"})
+    code = DECODE.split('-')[2].split('.')[0]
     rows = []
-    for how, name in (("oneshot", "OneShot"), ("relay-hold1", "the relay, each call its own submission (`TPAR_STREAM_HOLD=1`)"),
-                      ("relay-scalar", "the relay held, summing one value a step (`TPAR_RELAY_SUM=scalar`)"),
-                      ("relay", "the relay held (the default)")):
+    for how, name in (("oneshot", "OneShot"),
+                      ("relay-hold1", "the relay, each call its own submission (`TPAR_STREAM_HOLD=1`), two threads"),
+                      ("relay-t1", "the relay held, one host thread (`TPAR_RELAY_THREADS=1`, the code before)"),
+                      ("relay", "the relay held, two host threads (the default)"),
+                      ("relay-t4", "the relay held, four host threads (`TPAR_RELAY_THREADS=4`)")):
         rows.append(f"| tpar, {name} | " + " | ".join(f"{ch[(how, n)][0]:.1f}" for n in sizes) + " | "
-                    + " | ".join(f"{ch[(how, n)][1]:.1f}" for n in sizes) + f" | {ch[(how, 16384)][2]:.2f} |")
+                    + f"{ch[(how, 16384)][1]:.1f} | {ch[(how, 16384)][2]:.2f} |")
     for work, wname in ((True, "with the weights"), (False, "no weights")):
         rows.append(f"| NCCL, peer-to-peer off, replayed from a CUDA graph, {wname} | "
-                    + " | ".join(f"{nc[(work, 'graph', n)]:.1f}" for n in sizes) + " | | | | |")
+                    + " | ".join(f"{nc[(work, 'graph', n)]:.1f}" if (work, 'graph', n) in nc else "" for n in sizes)
+                    + " | | |")
     chain = "\n".join([
-        "| boundary per step (us) | 4 KiB | 16 KiB | 64 KiB | cpu per step, 4 KiB | 16 KiB | 64 KiB | submissions a step |",
-        "|---|---|---|---|---|---|---|---|",
+        "| boundary per step (us) | " + " | ".join(kib(n) for n in sizes) + " | cpu per step at 16 KiB | submissions a step |",
+        "|---|" + "---|" * len(sizes) + "---|---|",
         *rows,
     ])
-    tr = trace_steps(text)
-    head = (f"The chain: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, one run, tree {st['tree']} "
-            f"(the code of {DECODE.split('-')[2].split('.')[0]}); raw: [perf/raw/{DECODE}](perf/raw/{DECODE}). "
-            f"`tpar-bench --chain 64 --chain-work 58M --chain-wiring streams`, each row its median step minus the same chain "
-            f"without the AllReduce; NCCL's from `scripts/nccl_anchor.py chain` in the same run.")
+    head = (f"The chain: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, one run, tree {st['tree']}; raw: "
+            f"[perf/raw/{DECODE}](perf/raw/{DECODE}). `tpar-bench --chain 64 --chain-work 58M --chain-wiring streams` "
+            f"(the relay's rows with `--relay-max 256K`, so that it takes every size), each row its median step minus the "
+            f"same chain without the AllReduce; NCCL's from `scripts/nccl_anchor.py chain` in the same run (4, 16 and "
+            f"64 KiB).")
 
-    mt = decode_report.read(DECODE_MODELS)
-    ms = decode_report.stamp(mt)
-    b = decode_report.benches(mt)
+    b = decode_report.benches(text)
     models = (("8b", "tg128", "Llama-3-8B shapes, q8_0, tg128"), ("8b-q4_k_m", "tg128", "the same, Q4_K_M"),
               ("8b-d8192", "tg128 @ d8192", "the same, q8_0, at `-d 8192`"),
               ("70b20", "tg64", "Llama-3-70B shapes (20 of 80 layers), q8_0, tg64"),
               ("tiny32", "tg64", "32 layers, 256 wide, f16, tg64"))
     lines = ["| t/s | one GPU, first / last | tpar, automatic (the relay) | `TPAR_ALGO=oneshot` | `TPAR_ALGO=relay` | "
-             "relay, `TPAR_STREAM_HOLD=1` | automatic against one GPU | OneShot against one GPU |",
-             "|---|---|---|---|---|---|---|---|"]
+             "relay, one thread | relay, `TPAR_STREAM_HOLD=1` | automatic against one GPU | OneShot against one GPU |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    keys = ("none", "none2", "tpar2-auto", "tpar2-oneshot", "tpar2-relay", "tpar2-relay-t1", "tpar2-relay-hold1")
+
+    def row(bb, k, tag, test):
+        return {x: bb[f"{x.replace('tpar2', f'tpar{k}')}-{tag}"][test][0] for x in keys}
+
+    def ratio(bb, k, tag, test, which="tpar2-auto"):
+        v = row(bb, k, tag, test)
+        return v[which] / max(v["none"], v["none2"])
+
     for tag, test, name in models:
-        v = {k: b[f"{k}-{tag}"][test][0] for k in ("none", "none2", "tpar2-auto", "tpar2-oneshot", "tpar2-relay",
-                                                      "tpar2-relay-hold1")}
+        v = row(b, 2, tag, test)
         one = max(v["none"], v["none2"])
         lines.append(f"| {name} | {v['none']:.1f} / {v['none2']:.1f} | {v['tpar2-auto']:.1f} | {v['tpar2-oneshot']:.1f} | "
-                     f"{v['tpar2-relay']:.1f} | {v['tpar2-relay-hold1']:.1f} | {v['tpar2-auto'] / one:.2f}x | "
-                     f"{v['tpar2-oneshot'] / one:.2f}x |")
-    models_head = (f"llama-bench `-fa 1 -r 3`: {ms['n']} × {ms['gpu']} (driver {ms['driver']}), {ms['date']}, commands back "
-                   f"to back on one machine, tree {ms['tree']} (the code of {DECODE_MODELS.split('-')[2].split('.')[0]}); raw: "
-                   f"[perf/raw/{DECODE_MODELS}](perf/raw/{DECODE_MODELS}). One GPU ran first and last for each model; the "
-                   f"ratios are against the faster of the two.")
-    note = (f"A trace of an 8B token in the chain's run, host spans only: {tr['host-tpar2-oneshot-8b']:.0f} us with OneShot, "
-            f"{tr['host-tpar2-relay-8b']:.0f} us with the relay held; with GPU stamps, each GPU's own ggml work is most of "
-            f"the token ([design note](design/relay-in-one-submission.md)).")
-    # the decode targets (two GPUs, against one GPU of the same run; the chain against NCCL's graph of the same run)
-    def ratio(tag, test):
-        v = {k: b[f"{k}-{tag}"][test][0] for k in ("none", "none2", "tpar2-auto")}
-        return v["tpar2-auto"] / max(v["none"], v["none2"])
+                     f"{v['tpar2-relay']:.1f} | {v['tpar2-relay-t1']:.1f} | {v['tpar2-relay-hold1']:.1f} | "
+                     f"{v['tpar2-auto'] / one:.2f}x | {v['tpar2-oneshot'] / one:.2f}x |")
+    ms = decode_report.stamp(text.split("\n# tpar gpu-suite:")[-1] if text.count("# tpar gpu-suite:") > 1 else text)
+    models_head = (f"llama-bench `-fa 1 -r 3`, two runs of tree {st['tree']} on {st['n']} × {st['gpu']} (driver "
+                   f"{st['driver']}), {st['date']} (the 8B q8_0 and Q4_K_M rows with the chain above, then the other three "
+                   f"on another machine of the kind at {ms['time']}); raw: [perf/raw/{DECODE}](perf/raw/{DECODE}). One GPU ran "
+                   f"first and last for each model; the ratios are against the faster of the two.")
+
+    t4 = decode_report.read(DECODE4)
+    s4 = decode_report.stamp(t4)
+    c4 = decode_chains(t4)
+    b4 = decode_report.benches(t4)
+    sizes4 = sorted({n for how, n in c4 if how == "relay"})
+    rows4 = []
+    for how, name in (("oneshot", "OneShot"), ("relay-t1", "the relay, one host thread"),
+                      ("relay", "the relay, two host threads (the default)"), ("relay-t4", "the relay, four host threads")):
+        rows4.append(f"| tpar, {name} | " + " | ".join(f"{c4[(how, n)][3]:.1f}" for n in sizes4) + " |")
+    chain4 = "\n".join(["| step (us), 4 GPUs | " + " | ".join(kib(n) for n in sizes4) + " |",
+                         "|---|" + "---|" * len(sizes4), *rows4])
+    m4 = ["| t/s, 4 GPUs | one GPU, first / last | tpar, automatic | `TPAR_ALGO=oneshot` | `TPAR_ALGO=relay` | relay, one "
+          "thread | automatic against one GPU | OneShot against one GPU |", "|---|---|---|---|---|---|---|---|"]
+    tags4 = [(t, te, nm) for t, te, nm in models if f"tpar4-auto-{t}" in b4]
+    for tag, test, name in tags4:
+        v = row(b4, 4, tag, test)
+        one = max(v["none"], v["none2"])
+        m4.append(f"| {name} | {v['none']:.1f} / {v['none2']:.1f} | {v['tpar2-auto']:.1f} | {v['tpar2-oneshot']:.1f} | "
+                  f"{v['tpar2-relay']:.1f} | {v['tpar2-relay-t1']:.1f} | {v['tpar2-auto'] / one:.2f}x | "
+                  f"{v['tpar2-oneshot'] / one:.2f}x |")
+    head4 = (f"Four GPUs: {s4['n']} × {s4['gpu']} (driver {s4['driver']}), {s4['date']}; raw: [perf/raw/{DECODE4}]"
+             f"(perf/raw/{DECODE4}) (the chain with tree {s4['tree']}, where the relay was taken only when asked for; the "
+             f"models with the tree that takes it automatically on four, `DECODE_N=4`). The chain's steps, each a "
+             f"dispatch reading 58 MiB of weights and the AllReduce (the same chain without it: "
+             f"{float(re.search(r'^ +16384 +- +no AR +([0-9.]+)', t4, re.M).group(1)):.1f} us a step after OneShot's rows):")
 
     def verdict(ok):
         return "**met**" if ok else "**missed**"
 
     c16, n16w, n16 = ch[("relay", 16384)][0], nc[(True, "graph", 16384)], nc[(False, "graph", 16384)]
-    r8, rq, rd, r70, rt = (ratio("8b", "tg128"), ratio("8b-q4_k_m", "tg128"), ratio("8b-d8192", "tg128 @ d8192"),
-                           ratio("70b20", "tg64"), ratio("tiny32", "tg64"))
+    r8, rq, rd, r70, rt = (ratio(b, 2, "8b", "tg128"), ratio(b, 2, "8b-q4_k_m", "tg128"), ratio(b, 2, "8b-d8192", "tg128 @ d8192"),
+                           ratio(b, 2, "70b20", "tg64"), ratio(b, 2, "tiny32", "tg64"))
+    r84 = ratio(b4, 4, "8b", "tg128")
     targets = "\n".join([
         f"- Chain boundary at 16 KiB with 58 MiB of weights ≤ 15 us: {c16:.1f} us: {verdict(c16 <= 15)}; at or below NCCL's "
         f"graph in the same run: {n16w:.1f} us with the weights ({verdict(c16 <= n16w)}), {n16:.1f} without "
         f"({verdict(c16 <= n16)}).",
-        f"- 8B tg128 ≥ 1.05x one GPU: {r8:.2f}x: {verdict(r8 >= 1.05)}; Q4_K_M the same: {rq:.2f}x: {verdict(rq >= 1.05)}.",
+        f"- 8B tg128 ≥ 1.05x one GPU: {r8:.2f}x on two GPUs: {verdict(r8 >= 1.05)}; {r84:.2f}x on four: "
+        f"{verdict(r84 >= 1.05)}. Q4_K_M the same: {rq:.2f}x on two: {verdict(rq >= 1.05)}.",
         f"- 8B at `-d 8192` ≥ 1.0x: {rd:.2f}x: {verdict(rd >= 1.0)}.",
         f"- 70B shapes (20 layers) ≥ 1.50x: {r70:.2f}x: {verdict(r70 >= 1.50)}.",
         f"- The 32-layer, 256-wide model ≥ 0.75x: {rt:.2f}x: {verdict(rt >= 0.75)}.",
     ])
-    return {"decode-relay": head + "\n\n" + chain + "\n\n" + models_head + "\n\n" + "\n".join(lines) + "\n\n" + note,
+    return {"decode-relay": head + "\n\n" + chain + "\n\n" + models_head + "\n\n" + "\n".join(lines) + "\n\n"
+            + head4 + "\n\n" + chain4 + "\n\n" + "\n".join(m4),
             "decode-relay-targets": targets}
 
 
