@@ -43,9 +43,8 @@
 #             TPAR_RELAY_THREADS=1 and =4, and with TPAR_STREAM_HOLD=1; then llama-bench
 #             decode with -sm none on one GPU (first and last) and -sm tensor with tpar on
 #             2 (the automatic choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay, the relay with
-#             TPAR_RELAY_THREADS=1, with TPAR_STREAM_HOLD=1, each call its own
-#             submission, and the automatic choice without patch 0010's fusion,
-#             GGML_VK_DISABLE_ADD_RMS_NORM_MUL_FUSION=1): Llama-3-8B's shapes q8_0
+#             TPAR_RELAY_THREADS=1, and with TPAR_STREAM_HOLD=1, each call its own
+#             submission): Llama-3-8B's shapes q8_0
 #             and Q4_K_M (tg128, and -d 8192 -n 128), 70B's with 20 layers (tg64) and the
 #             32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
@@ -620,8 +619,6 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   bench "tpar$k-relay-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay
   bench "tpar$k-relay-t1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=1
   bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
-  # patch 0010's fusion of the residual add with the norm after it, turned off
-  bench "tpar$k-auto-nofuse-$1" "$2" "$k" tensor "$3" GGML_VK_DISABLE_ADD_RMS_NORM_MUL_FUSION=1
   # one GPU again: the first run after a model is made can find the GPU cold
   bench "none2-$1" "$2" 1 none "$3"
 }
