@@ -12,8 +12,8 @@
 // after the last one fences and writes the flags. A call of several chunks is cut into
 // parts of whole chunks served at once by up to Config::threads threads (the thread and
 // its helpers), each summing its part the same way; the thread writes the flags once
-// every helper has fenced its part's stores and said so; a device whose kernel cannot wait long
-// (lavapipe) gets its queue released through a timeline semaphore instead. It spins only
+// every helper has fenced its part's stores and said so. A device whose kernel cannot
+// wait long (lavapipe) gets its queue released through a timeline semaphore instead. It spins only
 // while a call is in flight, backs off (yield, then sleeps) while a call's values are
 // long in coming, and blocks on a condition variable when nothing is in flight. A call
 // not served within the timeout (counted from its submission, or from the end of the call
@@ -531,9 +531,18 @@ class RelayHub {
     for (std::size_t p = 1; p < parts; ++p) {
       Helper& h = *helpers_[p - 1];
       const std::uint64_t gen = h.posted.load(std::memory_order_relaxed);
+      // The parts come from the same kernels, so a helper is rarely far behind; where its
+      // device stalled it is, until the deadline: then this wait sleeps between looks.
+      std::chrono::steady_clock::time_point since{};
       for (std::uint32_t spins = 0; h.done.load(std::memory_order_acquire) != gen; ++spins) {
-        if (spins < 4096) relay_cpu_relax();
-        else std::this_thread::yield();
+        if (spins < 4096) {
+          relay_cpu_relax();
+          continue;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (since == std::chrono::steady_clock::time_point{}) since = now;
+        if (now - since < std::chrono::milliseconds(2)) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
       if (h.failed && ok) {
         ok = false;
