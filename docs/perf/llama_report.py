@@ -319,12 +319,15 @@ def render_decode():
         v = row(bb, k, tag, test)
         return v[which] / max(v["none"], v["none2"])
 
-    for tag, test, name in models:
-        v = row(b, 2, tag, test)
+    def model_line(name, v, cols):
+        """A model's row: one GPU first / last, the columns `cols`, then automatic and OneShot against one GPU."""
         one = max(v["none"], v["none2"])
-        lines.append(f"| {name} | {v['none']:.1f} / {v['none2']:.1f} | {v['tpar2-auto']:.1f} | {v['tpar2-oneshot']:.1f} | "
-                     f"{v['tpar2-relay']:.1f} | {v['tpar2-relay-t1']:.1f} | {v['tpar2-relay-hold1']:.1f} | "
-                     f"{v['tpar2-auto'] / one:.2f}x | {v['tpar2-oneshot'] / one:.2f}x |")
+        return (f"| {name} | {v['none']:.1f} / {v['none2']:.1f} | " + " | ".join(f"{v[c]:.1f}" for c in cols)
+                + f" | {v['tpar2-auto'] / one:.2f}x | {v['tpar2-oneshot'] / one:.2f}x |")
+
+    for tag, test, name in models:
+        lines.append(model_line(name, row(b, 2, tag, test), ("tpar2-auto", "tpar2-oneshot", "tpar2-relay", "tpar2-relay-t1",
+                                                             "tpar2-relay-hold1")))
     ms = decode_report.stamp(text.split("\n# tpar gpu-suite:")[-1] if text.count("# tpar gpu-suite:") > 1 else text)
     models_head = (f"llama-bench `-fa 1 -r 3`, two runs of tree {st['tree']} on {st['n']} × {st['gpu']} (driver "
                    f"{st['driver']}), {st['date']} (the 8B q8_0 and Q4_K_M rows with the chain above, then the other three "
@@ -346,11 +349,7 @@ def render_decode():
           "thread | automatic against one GPU | OneShot against one GPU |", "|---|---|---|---|---|---|---|---|"]
     tags4 = [(t, te, nm) for t, te, nm in models if f"tpar4-auto-{t}" in b4]
     for tag, test, name in tags4:
-        v = row(b4, 4, tag, test)
-        one = max(v["none"], v["none2"])
-        m4.append(f"| {name} | {v['none']:.1f} / {v['none2']:.1f} | {v['tpar2-auto']:.1f} | {v['tpar2-oneshot']:.1f} | "
-                  f"{v['tpar2-relay']:.1f} | {v['tpar2-relay-t1']:.1f} | {v['tpar2-auto'] / one:.2f}x | "
-                  f"{v['tpar2-oneshot'] / one:.2f}x |")
+        m4.append(model_line(name, row(b4, 4, tag, test), ("tpar2-auto", "tpar2-oneshot", "tpar2-relay", "tpar2-relay-t1")))
     head4 = (f"Four GPUs: {s4['n']} × {s4['gpu']} (driver {s4['driver']}), {s4['date']}; raw: [perf/raw/{DECODE4}]"
              f"(perf/raw/{DECODE4}) (the chain with tree {s4['tree']}, where the relay was taken only when asked for; the "
              f"models with the tree that takes it automatically on four, `DECODE_N=4`). The chain's steps, each a "
