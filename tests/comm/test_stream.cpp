@@ -189,7 +189,11 @@ TEST_CASE("streams: a thread per device enqueues its part of each call, in any i
     CAPTURE(n);
     VkEnv env(n, {.sync_validation = n == 2});
     if (!env.ok()) continue;
-    auto comm = make_communicator(env.group(), test_opts());
+    // OneShot: on two to four distinct GPUs the automatic choice would take the relay for
+    // these calls, which are then not split per device (the next case).
+    Options o = test_opts();
+    o.algo = AlgoChoice::oneshot;
+    auto comm = make_communicator(env.group(), o);
     for (std::size_t lead : {std::size_t{1}, std::size_t{4}, std::size_t{64}}) {
       CAPTURE(lead);
       const std::size_t steps = 40;
@@ -204,27 +208,33 @@ TEST_CASE("streams: a thread per device enqueues its part of each call, in any i
 }
 
 TEST_CASE("streams: a call that cannot be split per device is refused with nothing enqueued") {
-  VkEnv env(2, {.sync_validation = false});
-  if (!env.ok()) return;
-  Options o = test_opts();
-  o.algo = AlgoChoice::ring;  // its steps wait on each other's across devices
-  auto comm = make_communicator(env.group(), o);
-  Chain chain(env.group(), 4096, 1, 3);
-  StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
-  CHECK_FALSE(comm.per_device(4096));
-  for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, 0);
-  const auto before = comm.group()[0].compute_queue().counts().submits + chain.sides[0]->stream->queue().counts().submits;
-  CHECK(code_of([&] { ar.allreduce_split(chain.spans()); }) == ErrorCode::invalid_argument);
-  CHECK(ar.outstanding() == 0);
-  CHECK(comm.deferred() == 0);
-  CHECK(comm.group()[0].compute_queue().counts().submits + chain.sides[0]->stream->queue().counts().submits == before);
-  CHECK(code_of([&] { ar.enqueue(0); }) == ErrorCode::invalid_argument);  // no part waits
-  CHECK(!comm.failure());
-  // the same call through allreduce(), as a host without threads makes it
-  Ticket t = ar.allreduce(chain.spans());
-  t.wait(test_timeout);
-  const auto expect = integer_sum(chain.inputs[0]);
-  for (auto& side : chain.sides) CHECK(bit_identical(side->span->read(0, 4096), expect));
+  // The ring, whose steps wait on each other's across devices, and the relay, whose host
+  // thread serves a call once all of it is on the queues.
+  for (const AlgoChoice algo : {AlgoChoice::ring, AlgoChoice::relay}) {
+    CAPTURE(to_string(algo));
+    VkEnv env(2, {.sync_validation = false});
+    if (!env.ok()) return;
+    Options o = test_opts();
+    o.algo = algo;
+    auto comm = make_communicator(env.group(), o);
+    Chain chain(env.group(), 4096, 1, 3);
+    StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+    CHECK_FALSE(comm.per_device(4096));
+    for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, 0);
+    const auto before = comm.group()[0].compute_queue().counts().submits + chain.sides[0]->stream->queue().counts().submits;
+    CHECK(code_of([&] { ar.allreduce_split(chain.spans()); }) == ErrorCode::invalid_argument);
+    CHECK(ar.outstanding() == 0);
+    CHECK(comm.deferred() == 0);
+    CHECK(comm.group()[0].compute_queue().counts().submits + chain.sides[0]->stream->queue().counts().submits == before);
+    CHECK(code_of([&] { ar.enqueue(0); }) == ErrorCode::invalid_argument);  // no part waits
+    CHECK(!comm.failure());
+    // the same call through allreduce(), as a host without threads makes it
+    Ticket t = ar.allreduce(chain.spans());
+    t.wait(test_timeout);
+    CHECK(comm.last_call().algorithm == (algo == AlgoChoice::ring ? "ring" : "relay"));
+    const auto expect = integer_sum(chain.inputs[0]);
+    for (auto& side : chain.sides) CHECK(bit_identical(side->span->read(0, 4096), expect));
+  }
 }
 
 TEST_CASE("streams: host work and AllReduces ordered by the queues alone, one submission per device per step") {
@@ -232,7 +242,11 @@ TEST_CASE("streams: host work and AllReduces ordered by the queues alone, one su
     CAPTURE(n);
     VkEnv env(n, {.sync_validation = n == 2});
     if (!env.ok()) continue;
-    auto comm = make_communicator(env.group(), test_opts());
+    // OneShot's order by the queues (on distinct GPUs the automatic choice would take the
+    // relay, whose calls are held: "relay calls are held ..." below counts those).
+    Options o = test_opts();
+    o.algo = AlgoChoice::oneshot;
+    auto comm = make_communicator(env.group(), o);
     const std::size_t steps = 24;
     Chain chain(env.group(), 4096, steps, 100 * n);
     // What reached each device's queue: through its stream (the host's work and tpar's
