@@ -49,7 +49,10 @@ if [[ -n "$old_ref" ]]; then
 fi
 build="$root/build-gpu"
 "$root/scripts/setup.sh" test
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_LLAMA_TESTS=OFF > /dev/null
+# Source paths relative to the checkout (-ffile-prefix-map): a test's messages name its
+# files, and the logs that come back from a GPU machine carry no path of this machine.
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_LLAMA_TESTS=OFF \
+  -DCMAKE_CXX_FLAGS="-ffile-prefix-map=$root/=" > /dev/null
 # tpar's test programs that gpu-suite.sh's part tests runs (those ctest runs with a device,
 # but the ones that build packages or llama.cpp)
 tests=(core algo vk allreduce spans mixed behavior submission numerics relay stream fault trace
