@@ -192,9 +192,7 @@ class RelayHub {
       peers_[p].resize(max_count);
       for (std::size_t i = 0; i < max_count; ++i) peers_[p][i] = relay_host_peer_value(p, i);
     }
-    if (config_.threads < 1 || config_.threads > max_relay_threads)
-      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(config_.threads) + " is out of range: use 1 to " +
-                                                   std::to_string(max_relay_threads));
+    check_threads(config_.threads);
     log(LogLevel::info, std::string("relay: the host thread sums ") +
                             (config_.scalar_sum ? std::string("one value a step (TPAR_RELAY_SUM=scalar)")
                                                 : std::string("with ") + relay_accumulate_path()) +
@@ -217,6 +215,13 @@ class RelayHub {
   ~RelayHub() { stop(); }
 
   std::size_t max_count() const { return config_.max_bytes / sizeof(float); }
+
+  // Throws Error(invalid_argument) for a thread count outside 1..max_relay_threads.
+  static void check_threads(std::uint32_t threads) {
+    if (threads < 1 || threads > max_relay_threads)
+      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(threads) + " is out of range: use 1 to " +
+                                                   std::to_string(max_relay_threads));
+  }
 
   // Device d's slot and publish area for slot set `parity`, as its kernel binds them.
   vk::DescriptorBufferInfo slot(std::size_t d, std::uint32_t parity) const {
@@ -720,9 +725,7 @@ struct RelaySetup {
     r.config.timeout = options.timeout;
     r.config.queue_waits = r.gate.queue_waits;
     r.config.scalar_sum = options.relay_scalar_sum;
-    if (options.relay_threads < 1 || options.relay_threads > max_relay_threads)
-      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(options.relay_threads) +
-                                                   " is out of range: use 1 to " + std::to_string(max_relay_threads));
+    RelayHub::check_threads(options.relay_threads);  // refused at creation, not at the first relay call
     r.config.threads = options.relay_threads;
     return r;
   }
