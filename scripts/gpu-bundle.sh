@@ -85,6 +85,9 @@ else
   fi
 fi
 pack "$build/examples/tpar-bench"
+# probes/cbgap for gpu-suite.sh's part probes (a standalone program on the C API)
+g++ -O2 -std=c++17 -o "$build/cbgap" "$root/probes/cbgap/cbgap.cpp" -lvulkan || { say "building probes/cbgap failed"; exit 1; }
+pack "$build/cbgap"
 pack "$build/examples/tpar-info"
 # The loader and vulkaninfo, with the GL libraries vulkan-tools links, as .deb files that
 # gpu-suite.sh unpacks where the machine has no libvulkan.so.1.

@@ -1,0 +1,280 @@
+// cbgap: what does a GPU pay, on its own timeline, for ending one command buffer and
+// starting the next, against a barrier inside one command buffer? A decode token under
+// tpar's streams is ggml's command buffers and tpar's, alternating at every AllReduce;
+// this settles whether recording tpar's dispatch into ggml's command buffer would shorten
+// the token. A standalone probe, not part of tpar.
+//
+//   cbgap [steps] [words] [reps]
+//
+// Every row runs `steps` dependent dispatches (each updates `words` 32-bit words the one
+// before wrote, a compute-to-compute barrier in front of each), arranged as the row says,
+// and reports the GPU's span from a timestamp before the first dispatch to one after the
+// last, divided by the steps (median and p90 over `reps` repetitions), and the host's
+// time from the vkQueueSubmit to the fence. The buffer's final words are checked.
+#include <vulkan/vulkan.h>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include "step_spv.h"
+
+#define CK(x) do { VkResult r_ = (x); if (r_ != VK_SUCCESS) { std::printf("FAIL %s -> %d (line %d)\n", #x, r_, __LINE__); std::exit(1); } } while (0)
+using clk = std::chrono::steady_clock;
+
+static void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: cbgap [steps] [words] [reps]\n"
+               "  steps  dependent dispatches a row (default 256, 8..4096)\n"
+               "  words  32-bit words each dispatch updates (default 4096 = 16 KiB, 1..1048576)\n"
+               "  reps   repetitions a row (default 30, 3..1000)\n"
+               "environment: PD=<index> picks the physical device (default 0)\n");
+}
+
+static bool parse(const char* s, long lo, long hi, long& out) {
+  char* e = nullptr;
+  long v = std::strtol(s, &e, 10);
+  if (!*s || *e || v < lo || v > hi) return false;
+  out = v;
+  return true;
+}
+
+int main(int argc, char** argv) {
+  long steps = 256, words = 4096, reps = 30;
+  if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) { usage(stdout); return 0; }
+  if (argc > 4 || (argc > 1 && !parse(argv[1], 8, 4096, steps)) || (argc > 2 && !parse(argv[2], 1, 1 << 20, words)) ||
+      (argc > 3 && !parse(argv[3], 3, 1000, reps))) {
+    usage(stderr);
+    return 2;
+  }
+
+  VkApplicationInfo ai{VK_STRUCTURE_TYPE_APPLICATION_INFO}; ai.apiVersion = VK_API_VERSION_1_2;
+  VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO}; ici.pApplicationInfo = &ai;
+  VkInstance inst; CK(vkCreateInstance(&ici, nullptr, &inst));
+  uint32_t n = 0; vkEnumeratePhysicalDevices(inst, &n, nullptr);
+  std::vector<VkPhysicalDevice> pds(n); vkEnumeratePhysicalDevices(inst, &n, pds.data());
+  const long pdi = std::getenv("PD") ? std::atol(std::getenv("PD")) : 0;
+  if (!n || pdi < 0 || pdi >= long(n)) { std::fprintf(stderr, "cbgap: no physical device %ld (%u found)\n", pdi, n); return 1; }
+  VkPhysicalDevice pd = pds[pdi];
+  VkPhysicalDeviceProperties props; vkGetPhysicalDeviceProperties(pd, &props);
+  VkPhysicalDeviceMemoryProperties mp; vkGetPhysicalDeviceMemoryProperties(pd, &mp);
+  uint32_t qn = 0; vkGetPhysicalDeviceQueueFamilyProperties(pd, &qn, nullptr);
+  std::vector<VkQueueFamilyProperties> qf(qn); vkGetPhysicalDeviceQueueFamilyProperties(pd, &qn, qf.data());
+  uint32_t qfi = 0; for (; qfi < qn; qfi++) if (qf[qfi].queueFlags & VK_QUEUE_COMPUTE_BIT) break;
+  if (qfi == qn || qf[qfi].timestampValidBits == 0) { std::fprintf(stderr, "cbgap: no compute queue with timestamps\n"); return 1; }
+  std::printf("# cbgap: %s (driver 0x%x), %ld steps of %ld words, %ld repetitions a row\n", props.deviceName,
+              props.driverVersion, steps, words, reps);
+
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES}; f12.timelineSemaphore = VK_TRUE;
+  float pr = 1; VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}; qci.queueFamilyIndex = qfi; qci.queueCount = 1; qci.pQueuePriorities = &pr;
+  VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO}; dci.pNext = &f12; dci.queueCreateInfoCount = 1; dci.pQueueCreateInfos = &qci;
+  VkDevice d; CK(vkCreateDevice(pd, &dci, nullptr, &d));
+  VkQueue q; vkGetDeviceQueue(d, qfi, 0, &q);
+
+  // The buffer: device-local where offered, host-visible to check the result (a staging copy otherwise).
+  const VkDeviceSize bytes = 4ull * words;
+  VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO}; bci.size = bytes;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  VkBuffer buf; CK(vkCreateBuffer(d, &bci, nullptr, &buf));
+  VkMemoryRequirements mr; vkGetBufferMemoryRequirements(d, buf, &mr);
+  auto pick = [&](uint32_t bits, VkMemoryPropertyFlags want) -> int {
+    for (uint32_t i = 0; i < mp.memoryTypeCount; i++)
+      if ((bits >> i & 1) && (mp.memoryTypes[i].propertyFlags & want) == want) return int(i);
+    return -1;
+  };
+  int t = pick(mr.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+  if (t < 0) t = pick(mr.memoryTypeBits, 0);
+  VkMemoryAllocateInfo mai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO}; mai.allocationSize = mr.size; mai.memoryTypeIndex = uint32_t(t);
+  VkDeviceMemory mem; CK(vkAllocateMemory(d, &mai, nullptr, &mem)); CK(vkBindBufferMemory(d, buf, mem, 0));
+  bci.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  VkBuffer host; CK(vkCreateBuffer(d, &bci, nullptr, &host));
+  vkGetBufferMemoryRequirements(d, host, &mr);
+  const int th = pick(mr.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+  if (th < 0) { std::fprintf(stderr, "cbgap: no host-visible coherent memory\n"); return 1; }
+  mai.allocationSize = mr.size; mai.memoryTypeIndex = uint32_t(th);
+  VkDeviceMemory hmem; CK(vkAllocateMemory(d, &mai, nullptr, &hmem)); CK(vkBindBufferMemory(d, host, hmem, 0));
+  uint32_t* hp = nullptr; CK(vkMapMemory(d, hmem, 0, VK_WHOLE_SIZE, 0, reinterpret_cast<void**>(&hp)));
+
+  VkShaderModuleCreateInfo smci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO}; smci.codeSize = sizeof(step_spv); smci.pCode = step_spv;
+  VkShaderModule sm; CK(vkCreateShaderModule(d, &smci, nullptr, &sm));
+  VkDescriptorSetLayoutBinding bnd{0, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  VkDescriptorSetLayoutCreateInfo dslci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO}; dslci.bindingCount = 1; dslci.pBindings = &bnd;
+  VkDescriptorSetLayout dsl; CK(vkCreateDescriptorSetLayout(d, &dslci, nullptr, &dsl));
+  VkPushConstantRange pcr{VK_SHADER_STAGE_COMPUTE_BIT, 0, 8};
+  VkPipelineLayoutCreateInfo plci{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO}; plci.setLayoutCount = 1; plci.pSetLayouts = &dsl; plci.pushConstantRangeCount = 1; plci.pPushConstantRanges = &pcr;
+  VkPipelineLayout pl; CK(vkCreatePipelineLayout(d, &plci, nullptr, &pl));
+  VkComputePipelineCreateInfo cpci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  cpci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, nullptr, 0, VK_SHADER_STAGE_COMPUTE_BIT, sm, "main", nullptr}; cpci.layout = pl;
+  VkPipeline pipe; CK(vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &cpci, nullptr, &pipe));
+  VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1};
+  VkDescriptorPoolCreateInfo dpci{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO}; dpci.maxSets = 1; dpci.poolSizeCount = 1; dpci.pPoolSizes = &ps;
+  VkDescriptorPool dp; CK(vkCreateDescriptorPool(d, &dpci, nullptr, &dp));
+  VkDescriptorSetAllocateInfo dsai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO}; dsai.descriptorPool = dp; dsai.descriptorSetCount = 1; dsai.pSetLayouts = &dsl;
+  VkDescriptorSet ds; CK(vkAllocateDescriptorSets(d, &dsai, &ds));
+  VkDescriptorBufferInfo dbi{buf, 0, VK_WHOLE_SIZE};
+  VkWriteDescriptorSet wds{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET}; wds.dstSet = ds; wds.descriptorCount = 1; wds.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER; wds.pBufferInfo = &dbi;
+  vkUpdateDescriptorSets(d, 1, &wds, 0, nullptr);
+
+  VkQueryPoolCreateInfo qpci{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO}; qpci.queryType = VK_QUERY_TYPE_TIMESTAMP; qpci.queryCount = 2;
+  VkQueryPool qp; CK(vkCreateQueryPool(d, &qpci, nullptr, &qp));
+  VkCommandPoolCreateInfo cpi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO}; cpi.queueFamilyIndex = qfi;
+  VkCommandPool cp; CK(vkCreateCommandPool(d, &cpi, nullptr, &cp));
+  std::vector<VkCommandBuffer> cbs(size_t(steps) + 2);
+  VkCommandBufferAllocateInfo cbai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO}; cbai.commandPool = cp; cbai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY; cbai.commandBufferCount = uint32_t(cbs.size());
+  CK(vkAllocateCommandBuffers(d, &cbai, cbs.data()));
+  std::vector<VkCommandBuffer> secs(static_cast<size_t>(steps));
+  cbai.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY; cbai.commandBufferCount = uint32_t(secs.size());
+  CK(vkAllocateCommandBuffers(d, &cbai, secs.data()));
+  VkSemaphoreTypeCreateInfo stci{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO}; stci.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  VkSemaphoreCreateInfo sci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO}; sci.pNext = &stci;
+  VkSemaphore sem; CK(vkCreateSemaphore(d, &sci, nullptr, &sem));
+  uint64_t sem_value = 0;
+  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO}; VkFence fence; CK(vkCreateFence(d, &fci, nullptr, &fence));
+
+  const uint32_t groups = uint32_t((words + 255) / 256);
+  auto step = [&](VkCommandBuffer cb, uint32_t k) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pl, 0, 1, &ds, 0, nullptr);
+    uint32_t pc[2] = {uint32_t(words), k};
+    vkCmdPushConstants(cb, pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, 8, pc);
+    vkCmdDispatch(cb, groups, 1, 1);
+  };
+  auto begin = [&](VkCommandBuffer cb) {
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    CK(vkResetCommandBuffer(cb, 0));
+    CK(vkBeginCommandBuffer(cb, &bi));
+  };
+  // cbs[0]: zero the buffer, reset the queries, first stamp. cbs[last]: last stamp, copy out.
+  auto record_ends = [&]() {
+    begin(cbs.front());
+    vkCmdFillBuffer(cbs.front(), buf, 0, bytes, 0);
+    vkCmdResetQueryPool(cbs.front(), qp, 0, 2);
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT; mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    vkCmdPipelineBarrier(cbs.front(), VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    vkCmdWriteTimestamp(cbs.front(), VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, qp, 0);
+    CK(vkEndCommandBuffer(cbs.front()));
+    VkCommandBuffer cb = cbs.back();
+    begin(cb);
+    VkMemoryBarrier b2{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    b2.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT; b2.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &b2, 0, nullptr, 0, nullptr);
+    vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, qp, 1);
+    VkBufferCopy bc{0, 0, bytes};
+    vkCmdCopyBuffer(cb, buf, host, 1, &bc);
+    CK(vkEndCommandBuffer(cb));
+  };
+  // The expected words after `steps` steps from zero: v = v * 3 + k for k = 1..steps.
+  uint32_t expect = 0;
+  for (long k = 1; k <= steps; k++) expect = expect * 3u + uint32_t(k);
+
+  struct Row { const char* name; const char* what; int mode; long per_cb; };
+  const Row rows[] = {
+      {"one-cb", "every step in one command buffer, a barrier between steps", 0, 0},
+      {"cb-8", "8 steps a command buffer, one batch", 1, 8},
+      {"cb-2", "2 steps a command buffer, one batch", 1, 2},
+      {"cb-1", "1 step a command buffer, one batch", 1, 1},
+      {"batch-1", "1 step a command buffer, a batch each, one vkQueueSubmit", 2, 1},
+      {"batch-1-signal", "as batch-1, each batch signalling a timeline semaphore", 3, 1},
+      {"submit-1", "1 step a command buffer, a vkQueueSubmit each", 4, 1},
+      {"secondary-1", "one command buffer executing a secondary command buffer a step", 5, 1},
+  };
+  std::printf("# %-15s %10s %10s %12s %12s  %s\n", "row", "gpu_us/st", "p90", "host_us/st", "extra_us/cb", "what");
+  double base = 0;
+  for (const Row& row : rows) {
+    record_ends();
+    std::vector<VkCommandBuffer> mid;
+    if (row.mode == 5) {
+      VkCommandBufferInheritanceInfo inh{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
+      for (long k = 1; k <= steps; k++) {
+        VkCommandBuffer sc = secs[size_t(k - 1)];
+        CK(vkResetCommandBuffer(sc, 0));
+        VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO}; bi.pInheritanceInfo = &inh;
+        CK(vkBeginCommandBuffer(sc, &bi));
+        step(sc, uint32_t(k));
+        CK(vkEndCommandBuffer(sc));
+      }
+      begin(cbs[1]);
+      vkCmdExecuteCommands(cbs[1], uint32_t(steps), secs.data());
+      CK(vkEndCommandBuffer(cbs[1]));
+      mid.push_back(cbs[1]);
+    } else if (row.mode == 0) {
+      begin(cbs[1]);
+      for (long k = 1; k <= steps; k++) step(cbs[1], uint32_t(k));
+      CK(vkEndCommandBuffer(cbs[1]));
+      mid.push_back(cbs[1]);
+    } else {
+      const long per = row.per_cb;
+      for (long c = 0; c * per < steps; c++) {
+        VkCommandBuffer cb = cbs[size_t(1 + c)];
+        begin(cb);
+        for (long k = c * per + 1; k <= std::min(steps, (c + 1) * per); k++) step(cb, uint32_t(k));
+        CK(vkEndCommandBuffer(cb));
+        mid.push_back(cb);
+      }
+    }
+    std::vector<double> gpu, hostt;
+    bool wrong = false;
+    for (long r = 0; r < reps + 2; r++) {
+      std::vector<VkCommandBuffer> all;
+      all.push_back(cbs.front());
+      all.insert(all.end(), mid.begin(), mid.end());
+      all.push_back(cbs.back());
+      std::vector<VkSubmitInfo> sis;
+      std::vector<VkTimelineSemaphoreSubmitInfo> tss(all.size());
+      std::vector<uint64_t> vals(all.size());
+      const auto t0 = clk::now();
+      if (row.mode <= 1 || row.mode == 5) {
+        VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO}; si.commandBufferCount = uint32_t(all.size()); si.pCommandBuffers = all.data();
+        CK(vkQueueSubmit(q, 1, &si, fence));
+      } else if (row.mode == 2 || row.mode == 3) {
+        for (size_t i = 0; i < all.size(); i++) {
+          VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO}; si.commandBufferCount = 1; si.pCommandBuffers = &all[i];
+          if (row.mode == 3) {
+            vals[i] = ++sem_value;
+            tss[i] = VkTimelineSemaphoreSubmitInfo{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+            tss[i].signalSemaphoreValueCount = 1; tss[i].pSignalSemaphoreValues = &vals[i];
+            si.pNext = &tss[i]; si.signalSemaphoreCount = 1; si.pSignalSemaphores = &sem;
+          }
+          sis.push_back(si);
+        }
+        CK(vkQueueSubmit(q, uint32_t(sis.size()), sis.data(), fence));
+      } else {
+        for (size_t i = 0; i < all.size(); i++) {
+          VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO}; si.commandBufferCount = 1; si.pCommandBuffers = &all[i];
+          CK(vkQueueSubmit(q, 1, &si, i + 1 == all.size() ? fence : VK_NULL_HANDLE));
+        }
+      }
+      CK(vkWaitForFences(d, 1, &fence, VK_TRUE, 10ull * 1000000000ull));
+      const auto t1 = clk::now();
+      CK(vkResetFences(d, 1, &fence));
+      uint64_t ts[2] = {0, 0};
+      CK(vkGetQueryPoolResults(d, qp, 0, 2, sizeof(ts), ts, 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+      const uint64_t mask = props.limits.timestampPeriod > 0 && qf[qfi].timestampValidBits < 64 ? (1ull << qf[qfi].timestampValidBits) - 1 : ~0ull;
+      const double span_us = double((ts[1] - ts[0]) & mask) * props.limits.timestampPeriod / 1000.0;
+      for (long i = 0; i < words; i++) if (hp[i] != expect) { wrong = true; break; }
+      if (r < 2) continue;  // warm-up
+      gpu.push_back(span_us / double(steps));
+      hostt.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / double(steps));
+    }
+    std::sort(gpu.begin(), gpu.end());
+    std::sort(hostt.begin(), hostt.end());
+    const double med = gpu[gpu.size() / 2], p90 = gpu[std::min(gpu.size() - 1, gpu.size() * 9 / 10)];
+    if (row.mode == 0) base = med;
+    const long cbs_n = row.mode == 0 ? 1 : row.mode == 5 ? steps : (steps + row.per_cb - 1) / row.per_cb;
+    const double extra = row.mode == 0 ? 0.0 : (med - base) * double(steps) / double(cbs_n);
+    std::printf("%-17s %10.3f %10.3f %12.3f %12.3f  %s%s\n", row.name, med, p90, hostt[hostt.size() / 2], extra, row.what,
+                wrong ? " -- WRONG RESULT" : "");
+    if (wrong) return 1;
+  }
+  std::printf("# extra_us/cb: the GPU span's excess over one-cb, per command buffer boundary\n");
+  vkDestroyDevice(d, nullptr);
+  vkDestroyInstance(inst, nullptr);
+  return 0;
+}
