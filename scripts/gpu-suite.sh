@@ -53,7 +53,10 @@
 #             relay rows take calls up to 256 KiB), DECODE_OPS=1 adds ggml-vulkan's
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
 #             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
-#             (labels tpar4-...), DECODE_TRACE=1 adds a 2-GPU 8B
+#             (labels tpar4-...), DECODE_ROWS picks the tensor rows (some of
+#             auto,oneshot,relay,relay-t1,relay-hold1,skip; default all but skip; skip:
+#             TPAR_GGML_SKIP_ALLREDUCE=1, every AllReduce accepted and not summed, the
+#             token's bound with free boundaries, wrong results), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
 #             (traces-decode.tar.xz)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
@@ -88,6 +91,9 @@
 #             two GPUs as they are, with relay calls only, one call in flight, downloads on
 #             the compute queue; then the first GPU beside llvmpipe: per call at 4/16/64
 #             KiB against OneShot, and the soak
+#   probes    probes/cbgap on the first GPU: what ending a command buffer and starting the
+#             next costs on the GPU's timeline against a barrier in one command buffer, at
+#             16 KiB and 256 KiB a step (PROBE_STEPS, default 256)
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
 #             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
 #             traces come back in traces.tar.xz; scripts/timeline.py draws them)
@@ -125,7 +131,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server|server-mixed) parts+=("$1"); shift ;;
+    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server|server-mixed|probes) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -211,7 +217,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
-    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served" "$out/bench.err" | sed 's/^/# /' >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped" "$out/bench.err" | sed 's/^/# /' >> "$log"
   else
     tail -15 "$out/bench.err" >> "$log"
     part_fail "llama-bench $label"
@@ -613,12 +619,15 @@ run_relay_probe() {
 # The decode paths side by side (part decode): ARGS for llama-bench, then the model.
 decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   local k=${DECODE_N:-2}
+  local rows=,${DECODE_ROWS:-auto,oneshot,relay,relay-t1,relay-hold1},
   bench "none-$1" "$2" 1 none "$3"
-  bench "tpar$k-auto-$1" "$2" "$k" tensor "$3"
-  bench "tpar$k-oneshot-$1" "$2" "$k" tensor "$3" TPAR_ALGO=oneshot
-  bench "tpar$k-relay-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay
-  bench "tpar$k-relay-t1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=1
-  bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
+  [[ $rows == *,auto,* ]] && bench "tpar$k-auto-$1" "$2" "$k" tensor "$3"
+  [[ $rows == *,oneshot,* ]] && bench "tpar$k-oneshot-$1" "$2" "$k" tensor "$3" TPAR_ALGO=oneshot
+  [[ $rows == *,relay,* ]] && bench "tpar$k-relay-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay
+  [[ $rows == *,relay-t1,* ]] && bench "tpar$k-relay-t1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=1
+  [[ $rows == *,relay-hold1,* ]] && bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
+  # the token's bound: every AllReduce accepted and not summed (wrong results, timing only)
+  [[ $rows == *,skip,* ]] && bench "tpar$k-skip-$1" "$2" "$k" tensor "$3" TPAR_GGML_SKIP_ALLREDUCE=1
   # one GPU again: the first run after a model is made can find the GPU cold
   bench "none2-$1" "$2" 1 none "$3"
 }
@@ -707,6 +716,16 @@ trace_one() {  # LABEL MODEL N SM GPU(0|1) ENV...: a trace of decode tokens, sum
     part_fail "timeline $label"
 }
 
+run_probes() {
+  say "part probes"
+  [[ -x "$bin/cbgap" ]] || { part_fail "no cbgap in the bundle (remake it)"; return; }
+  local w
+  for w in 4096 65536; do
+    echo "## PD=0 cbgap ${PROBE_STEPS:-256} $w 30" >> "$log"
+    PD=0 "$bin/cbgap" "${PROBE_STEPS:-256}" "$w" 30 >> "$log" 2>&1 || part_fail "cbgap $w"
+  done
+}
+
 run_trace() {
   say "part trace"
   local m8 n
@@ -744,6 +763,7 @@ for p in "${parts[@]}"; do
     server) run_server ;;
     server-mixed) run_server_mixed ;;
     trace) run_trace ;;
+    probes) run_probes ;;
   esac
   say "part $p: $((SECONDS - start)) s"
 done

@@ -242,6 +242,43 @@ TEST_CASE("an exception from the traits declines that call only and never crosse
   CHECK(s.all_equal(4096, 3.0f));
 }
 
+TEST_CASE("TPAR_GGML_SKIP_ALLREDUCE=1 accepts a call and sums nothing, says so, and still declines a bad call") {
+  Host host(2);
+  if (!host.ok()) return;
+  LogCapture log;
+  std::optional<Meta<>> meta;
+  {
+    ScopedEnv skip("TPAR_GGML_SKIP_ALLREDUCE", "1");
+    meta.emplace(host);
+  }
+  REQUIRE(meta->ctx);
+  CHECK(log.has(tpar::LogLevel::warning, "the results are wrong"));
+  Simple s(host);
+  std::vector<int> handed, locks;
+  for (std::size_t d = 0; d < 2; ++d) {
+    handed.push_back(host[d].handed);
+    locks.push_back(host[d].queue_locks);
+  }
+  CHECK(meta->reduce(s.ptrs()));
+  CHECK(meta->reduce(s.ptrs()));
+  CHECK(meta->comm().stats().skipped == 2);
+  CHECK(meta->comm().stats().reduced == 0);
+  auto bad = s.tensors;
+  bad[1].type = Type::f16;
+  std::vector<Tensor*> p{&bad[0], &bad[1]};
+  CHECK_FALSE(meta->reduce(p));  // checked as always
+  CHECK(meta->comm().stats().declined == 1);
+  host.synchronize();
+  for (std::size_t d = 0; d < 2; ++d) {
+    CHECK(host[d].handed == handed[d]);       // no done point handed over
+    CHECK(host[d].queue_locks == locks[d]);  // nothing submitted
+    const auto v = s.arena[d]->read(256, 4096);
+    CHECK(std::all_of(v.begin(), v.end(), [&](float x) { return x == 1.0f + float(d); }));  // each device's own values
+  }
+  meta.reset();
+  CHECK(log.has(tpar::LogLevel::warning, "2 AllReduces skipped"));
+}
+
 TEST_CASE("two calls in a row on one tensor, with no subgraph between, stay ordered") {
   Host host(3);
   if (!host.ok()) return;

@@ -4,6 +4,9 @@
 // devices, devices that compute nothing, sizes changing from call to call with declined
 // calls between; every layer's sum, as the next subgraph saw it, checked against the host.
 #include "layers.hpp"
+#include "support/scoped_env.hpp"
+
+#include <optional>
 
 using namespace toy;
 
@@ -173,6 +176,36 @@ TEST_CASE("streams: decode, ordered by the queues alone, one submission per devi
       CHECK(host[d].queue_locks - locks_before[d] == 0);  // tpar submitted nothing itself
     }
   }
+}
+
+TEST_CASE("streams: TPAR_GGML_SKIP_ALLREDUCE=1 submits the host's work as held calls would, with nothing of tpar's") {
+  HostOptions options;
+  options.streams = true;
+  Host host(2, options);
+  if (!host.ok()) return;
+  std::optional<Meta<StreamTraits>> meta;
+  {
+    tpar_test::ScopedEnv skip("TPAR_GGML_SKIP_ALLREDUCE", "1");
+    meta.emplace(host);
+  }
+  REQUIRE(meta->ctx);
+  std::vector<tpar::Queue::Counts> before;
+  for (std::size_t d = 0; d < 2; ++d) before.push_back(host[d].stream->queue().counts());
+  Layers model(host, 32, {});
+  for (std::size_t layer = 0; layer < model.size(); ++layer) {
+    model.graph(layer);
+    model.reduce(*meta, layer);
+  }
+  CHECK(meta->comm().stats().skipped == 32);
+  CHECK(meta->comm().stats().reduced == 0);
+  for (std::size_t d = 0; d < 2; ++d) {
+    // Released at the first call (the GPUs idle), then as held calls are: not all held
+    // until a synchronize, and not one submission a call.
+    const auto c = host[d].stream->queue().counts();
+    CHECK(c.submits - before[d].submits >= 1);
+    CHECK(c.submits - before[d].submits < 32);
+  }
+  host.synchronize();
 }
 
 TEST_CASE("streams: prefill (the ring's copies on other queues on 3 devices), idle devices and declined calls") {

@@ -537,6 +537,24 @@ class StreamAllreduce {
   std::uint64_t gate_waits() const { return gate_.waits(); }
   std::chrono::nanoseconds gate_waited() const { return gate_.waited(); }
 
+  // A call that sums nothing, for timing a host's work without its boundaries
+  // (TPAR_GGML_SKIP_ALLREDUCE): held and released as a relay call is, with no batches, so
+  // the queues see the host's work in the submissions a held call would make.
+  void skip_call() {
+    if (!drain()) throw Error(ErrorCode::timeout, "StreamAllreduce: parts of earlier calls were not enqueued within the timeout");
+    std::uint32_t held = 0;
+    {
+      std::lock_guard lock(hold_mutex_);
+      for (std::size_t d = 0; d < streams_.size(); ++d) {
+        nothing_.clear();
+        streams_[d]->hold_with(nothing_);
+      }
+      held = ++held_calls_;
+    }
+    if ((held >= hold_ || gpus_short()) && !release_held())
+      throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
+  }
+
   // Everything the streams hold to their queues.
   void flush() {
     for (auto* s : streams_) s->flush();
@@ -627,6 +645,7 @@ class StreamAllreduce {
   std::vector<std::size_t> reached_;
   std::vector<detail::BatchList> batches_;
   std::vector<std::size_t> leading_;
+  detail::BatchList nothing_;  // skip_call()'s batches
 };
 
 }  // namespace tpar::inline v0

@@ -121,6 +121,16 @@ inline bool deferred_wanted() {
   return on;
 }
 
+// TPAR_GGML_SKIP_ALLREDUCE=1: for timing only. The hook accepts every call it would
+// enqueue (checked as always) and sums nothing, so each device goes on with its own
+// partial values and the results are wrong; a token then costs each device's own work
+// and no boundary, the bound that any AllReduce can approach (docs/design/token-bound.md).
+// Read when a context is made; the context says so at warn level.
+inline bool skip_wanted() {
+  const char* v = std::getenv("TPAR_GGML_SKIP_ALLREDUCE");
+  return v && std::string(v) == "1";
+}
+
 namespace detail {
 
 template <class T>
@@ -168,6 +178,7 @@ class GgmlComm {
     std::uint64_t partial = 0;       // calls enqueued where a device computed nothing (counted as zeros)
     std::uint64_t deferred = 0;      // of `reduced`: enqueued by each device's thread (enqueue_device)
     std::uint64_t not_split = 0;     // deferred calls handed back for allreduce() (not split per device)
+    std::uint64_t skipped = 0;       // accepted and not summed (TPAR_GGML_SKIP_ALLREDUCE=1)
   };
 
   // Adopts every backend's device and builds the communicator. Throws tpar::Error (fewer
@@ -198,6 +209,9 @@ class GgmlComm {
     log(LogLevel::info, "ggml comm: AllReduce over " + std::to_string(n) + " devices; " + wire + "; " + comm_->sync_reason() +
                             (streamed_ ? "; on the backends' compute queues in their own submissions (streams)"
                                        : "; ordered by timeline semaphores"));
+    if (skip_)
+      log(LogLevel::warning, "ggml comm: TPAR_GGML_SKIP_ALLREDUCE=1: every AllReduce is accepted and not summed; the results are "
+                          "wrong (for timing a token without its boundaries only)");
   }
 
   GgmlComm(const GgmlComm&) = delete;
@@ -211,6 +225,9 @@ class GgmlComm {
                               std::to_string(stats_.max_elements) + " values), " + std::to_string(stats_.partial) +
                               " with a device that computed nothing, " + std::to_string(stats_.empty) + " empty, " +
                               std::to_string(stats_.declined) + " declined to ggml's fallback");
+      if (stats_.skipped)
+        log(LogLevel::warning, "ggml comm: " + std::to_string(stats_.skipped) +
+                                " AllReduces skipped (TPAR_GGML_SKIP_ALLREDUCE=1): the results were wrong");
       if (stats_.deferred || stats_.not_split)
         log(LogLevel::info, "ggml comm: " + std::to_string(stats_.deferred) + " AllReduces enqueued by each device's thread, " +
                                 std::to_string(stats_.not_split) + " not split per device; a device waited for a peer's part " +
@@ -378,6 +395,13 @@ class GgmlComm {
       spans_[j] = BufferSpan{v.buffer, v.offset, count, v.buffer_size};
       computed_[j] = v.computed;
     }
+    if (skip_) {
+      if (deferred) return not_split();  // the plain hook skips it
+      if (streamed_) streamed_->skip_call();  // the host's work submitted as around a held call
+      ++stats_.skipped;
+      stats_.max_elements = std::max<std::uint64_t>(stats_.max_elements, count);
+      return true;
+    }
     if (deferred) {
       std::uint32_t mask = 0;
       for (std::size_t j = 0; j < n; ++j)
@@ -474,6 +498,7 @@ class GgmlComm {
   std::mutex thread_failure_mutex_;
   std::optional<std::string> thread_failure_;  // an enqueue_device() that failed, on a device's thread
   Stats stats_;
+  const bool skip_ = skip_wanted();
   std::string last_decline_;
 };
 
