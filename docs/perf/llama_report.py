@@ -39,6 +39,7 @@ MIXED_AFTER = "server-mixed-h200x2-8a4b3b5.txt"
 MIXED_RELAY = "server-mixed-h200x2-9240d7b.txt"
 MIXED_THREADS = "server-mixed-h200x2-1fcf991.txt"
 STEADY = "replay-steady-h200x2-5548578.txt"
+BOUND = "decode-bound-h200x2-fb2bc17.txt"
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
 import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
@@ -157,6 +158,7 @@ def render():
     blocks = render_first()
     blocks.update(render_move())
     blocks.update(render_decode())
+    blocks.update(render_bound())
     blocks.update(render_mixed())
     return blocks
 
@@ -376,6 +378,78 @@ def render_decode():
     return {"decode-relay": head + "\n\n" + chain + "\n\n" + models_head + "\n\n" + "\n".join(lines) + "\n\n"
             + head4 + "\n\n" + chain4 + "\n\n" + "\n".join(m4),
             "decode-relay-targets": targets}
+
+
+def cbgap_rows(text):
+    """{(words, row): (gpu us a step, extra us a command buffer)} from part probes' cbgap sections."""
+    out, words = {}, None
+    for line in text.splitlines():
+        m = re.match(r"## PD=\d+ cbgap (\d+) (\d+) (\d+)", line)
+        if m:
+            words = int(m.group(2))
+            continue
+        f = line.split()
+        if words and len(f) >= 6 and re.fullmatch(r"[a-z0-9-]+", f[0]) and re.fullmatch(r"[\d.]+", f[1]):
+            out[(words, f[0])] = (float(f[1]), float(f[4]))
+    return out
+
+
+def calls_per_token(text, label, n, reps):
+    """AllReduces a token for one llama-bench section: its summary line's count over the tokens it ran
+    (reps x n, and one token of warm-up)."""
+    sec = text.split(f"## llama-bench {label}:")[1].split("\n## ")[0]
+    m = re.search(r"(?:the relay served|warning: ggml comm:) (\d+) AllReduces", sec)
+    calls, tokens = int(m.group(1)), reps * n + 1
+    if calls % tokens:
+        raise ValueError(f"{label}: {calls} AllReduces over {tokens} tokens")
+    return calls // tokens
+
+
+def render_bound():
+    text = decode_report.read(BOUND)
+    st = decode_report.stamp(text)
+    cb = cbgap_rows(text)
+    names = (("one-cb", "every step in one command buffer, a barrier between steps"),
+             ("cb-1", "a command buffer a step, all in one batch"),
+             ("secondary-1", "one command buffer executing a secondary command buffer a step"),
+             ("batch-1-signal", "a batch a step, each signalling a timeline semaphore, one vkQueueSubmit"),
+             ("submit-1", "a vkQueueSubmit a step"))
+    sizes = sorted({w for w, _ in cb})
+    probe = "\n".join([
+        "| dependent steps, one GPU | " + " | ".join(f"us a step, {kib(4 * w)}" for w in sizes)
+        + " | " + " | ".join(f"more than one command buffer, per boundary, {kib(4 * w)}" for w in sizes) + " |",
+        "|---|" + "---|" * (2 * len(sizes)),
+        *[f"| {name} | " + " | ".join(f"{cb[(w, key)][0]:.2f}" for w in sizes) + " | "
+          + " | ".join(("" if key == "one-cb" else f"{cb[(w, key)][1]:.2f}") for w in sizes) + " |" for key, name in names],
+    ])
+    b = decode_report.benches(text)
+    models = (("8b", "tg128", 128, "Llama-3-8B shapes, q8_0, tg128"), ("8b-q4_k_m", "tg128", 128, "the same, Q4_K_M"),
+              ("70b20", "tg64", 64, "Llama-3-70B shapes (20 of 80 layers), q8_0, tg64"),
+              ("tiny32", "tg64", 64, "32 layers, 256 wide, f16, tg64"))
+    lines = ["| t/s | one GPU, first / last | tpar, automatic (the relay) | free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`) "
+             "| automatic against one GPU | free boundaries against one GPU | AllReduces a token | a boundary's cost (us) |",
+             "|---|---|---|---|---|---|---|---|"]
+    costs = {}
+    for tag, test, n, name in models:
+        one, one2 = b[f"none-{tag}"][test][0], b[f"none2-{tag}"][test][0]
+        auto, free = b[f"tpar2-auto-{tag}"][test][0], b[f"tpar2-skip-{tag}"][test][0]
+        calls = calls_per_token(text, f"tpar2-auto-{tag}", n, 3)
+        if calls_per_token(text, f"tpar2-skip-{tag}", n, 3) != calls:
+            raise ValueError(f"{tag}: the free run made a different number of calls")
+        cost = (1e6 / auto - 1e6 / free) / calls
+        costs[tag] = cost
+        best = max(one, one2)
+        lines.append(f"| {name} | {one:.1f} / {one2:.1f} | {auto:.1f} | {free:.1f} | {auto / best:.2f}x | {free / best:.2f}x "
+                     f"| {calls} | {cost:.1f} |")
+    head = (f"{st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, one run, tree {st['tree']}; raw: "
+            f"[perf/raw/{BOUND}](perf/raw/{BOUND}). `DECODE_CHAIN=0 DECODE_MODELS=8b,8b-q4_k_m,70b20,tiny "
+            f"DECODE_ROWS=auto,skip scripts/gpu-suite.sh env probes decode`. First `probes/cbgap` on GPU 0: 256 dependent "
+            f"dispatches, two timestamps only (before the first, after the last), median of 30:")
+    models_head = ("Then llama-bench `-fa 1 -r 3`, one GPU first and last for each model. \"Free boundaries\" accepts "
+                   "every AllReduce and sums nothing (wrong results, timing only): ggml's work alone, submitted as around "
+                   "held relay calls. A boundary's cost is the token's time with the relay less its time with free "
+                   "boundaries, over the AllReduces a token (counted from the run's own summary lines).")
+    return {"decode-bound": head + "\n\n" + probe + "\n\n" + models_head + "\n\n" + "\n".join(lines)}
 
 
 def render_move():
