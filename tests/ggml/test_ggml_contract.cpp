@@ -279,6 +279,28 @@ TEST_CASE("TPAR_GGML_SKIP_ALLREDUCE=1 accepts a call and sums nothing, says so, 
   CHECK(log.has(tpar::LogLevel::warning, "2 AllReduces skipped"));
 }
 
+TEST_CASE("the relay's calls are summed, and the context's summary says how long its threads took a call") {
+  HostOptions options;
+  options.streams = true;
+  Host host(2, options);
+  if (!host.ok()) return;
+  LogCapture log;
+  std::optional<Meta<StreamTraits>> meta;
+  {
+    ScopedEnv algo("TPAR_ALGO", "relay");
+    meta.emplace(host);
+  }
+  REQUIRE(meta->ctx);
+  Simple s(host, 4096);
+  CHECK(meta->reduce(s.ptrs()));
+  host.synchronize();
+  CHECK(meta->comm().communicator().last_call().algorithm == "relay");
+  CHECK(s.all_equal(4096, 3.0f));
+  meta.reset();
+  CHECK(log.has(tpar::LogLevel::info, "the relay served 1 AllReduces"));
+  CHECK(log.has(tpar::LogLevel::info, "us from every device's first values to the sum in every slot"));
+}
+
 TEST_CASE("two calls in a row on one tensor, with no subgraph between, stay ordered") {
   Host host(3);
   if (!host.ok()) return;
