@@ -122,6 +122,9 @@ def render_first():
         return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
     c8 = b["cuda2-nccl-p2p-off-8b"]["tg128"][0] / b["cuda-none-8b"]["tg128"][0]
     c70 = b["cuda2-nccl-p2p-off-70b20"]["tg64"][0] / b["cuda-none-70b20"]["tg64"][0]
+    bt = decode_report.read(BOUND)
+    bb = decode_report.benches(bt)
+    bound_8b = bb["tpar2-skip-8b"]["tg128"][0] / max(bb["none-8b"]["tg128"][0], bb["none2-8b"]["tg128"][0])
     verdict = (f"**So:** for a large model (the 70B shapes) `-sm tensor` with tpar beats one GPU and `-sm layer` for the "
                f"prompt ({min(v[0] for v in big):.2f}-{max(v[0] for v in big):.2f}x) and for generation "
                f"({min(v[1] for v in big):.2f}-{max(v[1] for v in big):.2f}x); for an 8B model it is faster for the prompt "
@@ -129,8 +132,9 @@ def render_first():
                f"together, but on two GPUs one stream decodes slower than on one GPU ({min(v[1] for v in small):.2f}-"
                f"{max(v[1] for v in small):.2f}x; on four GPUs it decodes at {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server "
                f"under mixed traffic serves "
-               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate: each GPU's own share of a token's work is most of one GPU's whole token "
-               f"(docs/design/relay-in-one-submission.md). CUDA with "
+               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate. What holds decode back is the AllReduce's cost inside "
+               f"the token, not each GPU's share of the work: with the AllReduce skipped (timing only) two GPUs decode the 8B "
+               f"shapes at {bound_8b:.2f}x one GPU (docs/design/token-bound.md). CUDA with "
                f"NCCL staged through host memory, as tpar must be, decodes these Q8_0 models at {c8:.2f}x and {c70:.2f}x of "
                f"its one GPU on the same machine: tpar is {'at or above' if small[0][1] >= c8 and big[0][1] >= c70 else 'below'} "
                f"CUDA's ratios ({small[0][1]:.2f}x and {big[0][1]:.2f}x). CUDA was timed on the Q8_0 models only.")
