@@ -80,7 +80,8 @@
 #             (replay recording a subgraph when seen twice, the default), tpar recording
 #             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
 #             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,tpar-oneshot,
-#             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-eager,
+#             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-skip (the
+#             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
 #             rule) and trace (a host-only trace of 8 mixed steps, traces-mixed.tar.xz);
 #             MIXED_ROUNDS, MIXED_SEED and MIXED_MAX_SECONDS (default 480, a mode's bound)
@@ -483,6 +484,8 @@ run_server_mixed() {
       tpar) serve_load mixed-tpar tensor 2 4 16384 "$load" ;;
       tpar-oneshot) serve_load mixed-tpar-oneshot tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
       tpar-relay256) serve_load mixed-tpar-relay256 tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
+      # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
+      tpar-skip) serve_load mixed-tpar-skip tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
       tpar-eager) serve_load mixed-tpar-eager tensor 2 4 16384 "$load" GGML_VK_REPLAY_EAGER=1 ;;
       tpar-noreplay) serve_load mixed-tpar-noreplay tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
       ggml) serve_load mixed-ggml tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
@@ -505,7 +508,7 @@ run_server_mixed() {
         else
           part_fail "no trace of the mixed steps"
         fi ;;
-      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
+      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-skip, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
     esac
   done
   echo "## server-mixed summary ($(basename "$m"), $load)" >> "$log"
