@@ -81,9 +81,11 @@
 #             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
 #             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,tpar-oneshot,
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-skip (the
-#             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-eager,
+#             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
+#             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
-#             rule) and trace (a host-only trace of 8 mixed steps, traces-mixed.tar.xz);
+#             rule) and trace (a host-only trace of 8 mixed steps, traces-mixed.tar.xz;
+#             trace-none one GPU's, trace-skip with free boundaries);
 #             MIXED_ROUNDS, MIXED_SEED and MIXED_MAX_SECONDS (default 480, a mode's bound)
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
 #             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
@@ -486,6 +488,8 @@ run_server_mixed() {
       tpar-relay256) serve_load mixed-tpar-relay256 tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
       # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
       tpar-skip) serve_load mixed-tpar-skip tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
+      # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
+      tpar-depth8) serve_load mixed-tpar-depth8 tensor 2 4 16384 "$load" TPAR_DEPTH=8 ;;
       tpar-eager) serve_load mixed-tpar-eager tensor 2 4 16384 "$load" GGML_VK_REPLAY_EAGER=1 ;;
       tpar-noreplay) serve_load mixed-tpar-noreplay tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
       ggml) serve_load mixed-ggml tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
@@ -498,19 +502,24 @@ run_server_mixed() {
           bench replay-eager-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_REPLAY_EAGER=1
           bench replay-off-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_DISABLE_REPLAY=1
         done ;;
-      trace)  # the host's time in mixed steps (no GPU stamps): tpar, default replay
-        serve_load mixed-tpar-trace tensor 2 4 16384 "--mixed 4 --seed ${MIXED_SEED:-1}" \
-          TPAR_TRACE="$out/trace-mixed-tpar.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP=400 TPAR_TRACE_SPAN=8
-        if [[ -f "$out/trace-mixed-tpar.json" ]]; then
-          echo "## trace mixed-tpar: TPAR_TRACE_GPU=0, 8 steps after the first 400 of the server under mixed traffic" >> "$log"
-          python3 "$root/scripts/timeline.py" "$out/trace-mixed-tpar.json" --step all >> "$log" 2>&1 || part_fail "timeline mixed"
-          (cd "$out" && tar -cJf traces-mixed.tar.xz trace-mixed-tpar.json && rm -f trace-mixed-tpar.json)
+      trace|trace-none|trace-skip)  # the host's time in mixed steps (no GPU stamps): tpar (default replay), one GPU, free boundaries
+        local tl=tpar sm=tensor nd=2 extra=()
+        [[ $mode == trace-none ]] && { tl=none; sm=none; nd=1; }
+        [[ $mode == trace-skip ]] && { tl=tpar-skip; extra=(TPAR_GGML_SKIP_ALLREDUCE=1); }
+        serve_load "mixed-$tl-trace" $sm $nd 4 16384 "--mixed 4 --seed ${MIXED_SEED:-1}" "${extra[@]}" \
+          TPAR_TRACE="$out/trace-mixed-$tl.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP=400 TPAR_TRACE_SPAN=8
+        if [[ -f "$out/trace-mixed-$tl.json" ]]; then
+          echo "## trace mixed-$tl: TPAR_TRACE_GPU=0, 8 steps after the first 400 of the server under mixed traffic" >> "$log"
+          python3 "$root/scripts/timeline.py" "$out/trace-mixed-$tl.json" --step all >> "$log" 2>&1 || part_fail "timeline mixed $tl"
         else
-          part_fail "no trace of the mixed steps"
+          part_fail "no trace of the mixed steps ($tl)"
         fi ;;
-      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-skip, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
+      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
     esac
   done
+  if compgen -G "$out/trace-mixed-*.json" > /dev/null; then
+    (cd "$out" && tar -cJf traces-mixed.tar.xz trace-mixed-*.json && rm -f trace-mixed-*.json)
+  fi
   echo "## server-mixed summary ($(basename "$m"), $load)" >> "$log"
   grep -E "^mixed-[a-z-]+: ([0-9]+ of [0-9]+ requests answered|llama-server did not come up)" "$log" | sed 's/^/# /' >> "$log"
 }
