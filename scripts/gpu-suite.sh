@@ -521,7 +521,7 @@ run_server_mixed() {
     (cd "$out" && tar -cJf traces-mixed.tar.xz trace-mixed-*.json && rm -f trace-mixed-*.json)
   fi
   echo "## server-mixed summary ($(basename "$m"), $load)" >> "$log"
-  grep -E "^mixed-[a-z-]+: ([0-9]+ of [0-9]+ requests answered|llama-server did not come up)" "$log" | sed 's/^/# /' >> "$log"
+  grep -E "^mixed-[a-z0-9-]+: ([0-9]+ of [0-9]+ requests answered|llama-server did not come up)" "$log" | sed 's/^/# /' >> "$log"
 }
 
 run_cuda() {

@@ -39,6 +39,7 @@ MIXED_AFTER = "server-mixed-h200x2-8a4b3b5.txt"
 MIXED_RELAY = "server-mixed-h200x2-9240d7b.txt"
 MIXED_THREADS = "server-mixed-h200x2-1fcf991.txt"
 MIXED_BOUND = "server-mixed-h200x2-82400b1.txt"
+MIXED_AGAIN = "server-mixed-h200x2-f61e8f8.txt"
 STEADY = "replay-steady-h200x2-5548578.txt"
 BOUND = "decode-bound-h200x2-fb2bc17.txt"
 DOCS = ("README.md", "docs/PERFORMANCE.md")
@@ -187,7 +188,7 @@ def mixed_runs(text):
 
 
 def render_mixed():
-    logs = (MIXED_BEFORE, MIXED_AFTER, MIXED_RELAY, MIXED_THREADS, MIXED_BOUND)
+    logs = (MIXED_BEFORE, MIXED_AFTER, MIXED_RELAY, MIXED_THREADS, MIXED_BOUND, MIXED_AGAIN)
     texts = [decode_report.read(f) for f in logs]
     stamps = [decode_report.stamp(t) for t in texts]
     runs = [[r for r in mixed_runs(t) if r[1] == 1] for t in texts]
@@ -201,6 +202,7 @@ def render_mixed():
              ("mixed-tpar-oneshot", "tpar, OneShot for every small call (`TPAR_ALGO=oneshot`, the choice before the relay's)"),
              ("mixed-tpar-relay256", "tpar, the relay for calls up to 256 KiB (`TPAR_RELAY_MAX=256K`)"),
              ("mixed-tpar", "tpar, the run's defaults"),
+             ("mixed-tpar-depth8", "tpar, eight calls in flight at every size (`TPAR_DEPTH=8`)"),
              ("mixed-tpar-skip", "tpar with free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`: timing only, the output is wrong)"),
              ("mixed-ggml", "ggml's own AllReduce, 2 GPUs")]
     rows = []
@@ -226,8 +228,9 @@ def render_mixed():
     table = "\n".join([
         f"| mode | {code(logs[0])}: replay at second sight (one GPU's rate = 1.00x) | {code(logs[1])}: and staging that stops "
         f"shrinking | {code(logs[2])}: and the relay held, chosen for small calls | {code(logs[3])}: and two host threads "
-        f"for the relay | {code(logs[4])}: the same code, with free boundaries beside |",
-        "|---|---|---|---|---|---|",
+        f"for the relay | {code(logs[4])}: the same code, with free boundaries beside | {code(logs[5])}: the same code "
+        f"again, another machine |",
+        "|---|---|---|---|---|---|---|",
         *rows,
     ])
     head = (f"{stamps[-1]['n']} × {stamps[-1]['gpu']} (driver {stamps[-1]['driver']}), {stamps[-1]['date']}, llama-server on the "
