@@ -263,6 +263,7 @@ TEST_CASE("TPAR_GGML_SKIP_ALLREDUCE=1 accepts a call and sums nothing, says so, 
   CHECK(meta->reduce(s.ptrs()));
   CHECK(meta->comm().stats().skipped == 2);
   CHECK(meta->comm().stats().reduced == 0);
+  CHECK(meta->comm().stats().max_elements == 0);  // the summary's largest call is of those summed
   auto bad = s.tensors;
   bad[1].type = Type::f16;
   std::vector<Tensor*> p{&bad[0], &bad[1]};

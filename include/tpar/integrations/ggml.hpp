@@ -406,8 +406,7 @@ class GgmlComm {
     if (skip_) {
       if (deferred) return not_split();  // the plain hook skips it
       if (streamed_) streamed_->skip_call();  // the host's work submitted as around a held call
-      ++stats_.skipped;
-      stats_.max_elements = std::max<std::uint64_t>(stats_.max_elements, count);
+      ++stats_.skipped;  // not in `reduced` nor in its largest call: nothing was summed
       return true;
     }
     if (deferred) {
