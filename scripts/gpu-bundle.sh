@@ -85,9 +85,11 @@ else
   fi
 fi
 pack "$build/examples/tpar-bench"
-# probes/cbgap for gpu-suite.sh's part probes (a standalone program on the C API)
-g++ -O2 -std=c++17 -o "$build/cbgap" "$root/probes/cbgap/cbgap.cpp" -lvulkan || { say "building probes/cbgap failed"; exit 1; }
-pack "$build/cbgap"
+# probes/cbgap and probes/eventwait for gpu-suite.sh's part probes (standalone programs on the C API)
+for probe in cbgap eventwait; do
+  g++ -O2 -std=c++17 -o "$build/$probe" "$root/probes/$probe/$probe.cpp" -lvulkan || { say "building probes/$probe failed"; exit 1; }
+  pack "$build/$probe"
+done
 pack "$build/examples/tpar-info"
 # The loader and vulkaninfo, with the GL libraries vulkan-tools links, as .deb files that
 # gpu-suite.sh unpacks where the machine has no libvulkan.so.1.

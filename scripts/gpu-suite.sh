@@ -97,7 +97,9 @@
 #             KiB against OneShot, and the soak
 #   probes    probes/cbgap on the first GPU: what ending a command buffer and starting the
 #             next costs on the GPU's timeline against a barrier in one command buffer, at
-#             16 KiB and 256 KiB a step (PROBE_STEPS, default 256)
+#             16 KiB and 256 KiB a step (PROBE_STEPS, default 256); probes/eventwait: a
+#             command buffer waiting between two dispatches for an event the host sets
+#             after submission (which the specification forbids: what drivers do)
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
 #             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
 #             traces come back in traces.tar.xz; scripts/timeline.py draws them)
@@ -738,6 +740,10 @@ run_probes() {
     echo "## PD=0 cbgap ${PROBE_STEPS:-256} $w 30" >> "$log"
     PD=0 "$bin/cbgap" "${PROBE_STEPS:-256}" "$w" 30 >> "$log" 2>&1 || part_fail "cbgap $w"
   done
+  if [[ -x "$bin/eventwait" ]]; then
+    echo "## PD=0 eventwait 5000" >> "$log"
+    PD=0 "$bin/eventwait" 5000 >> "$log" 2>&1 || part_fail "eventwait"
+  fi
 }
 
 run_trace() {
