@@ -147,6 +147,7 @@ mkdir -p "$out" "$models"
 bin=/tmp/tpar-gpu-bin
 log="$out/suite-$(IFS=-; echo "${parts[*]}").log"
 say() { echo "gpu-suite.sh: $*" | tee -a "$log" >&2; }
+relative() { sed "s|$root/||g"; }  # a log names files relative to the checkout, not this machine's paths
 
 # The Vulkan loader (and vulkaninfo) where the machine has none: Debian's packages that
 # gpu-bundle.sh put in the bundle.
@@ -426,7 +427,7 @@ serve_load() {
   local port=$((20000 + RANDOM % 20000)) vis
   vis=$(visible "$n")
   [[ $sm == none ]] && vis=0
-  echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c $ctx -np $slots; server_load.py $load" >> "$log"
+  echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c $ctx -np $slots; server_load.py $load" | relative >> "$log"
   env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-server" -m "$m" -ngl 99 -fa on -sm "$sm" -c "$ctx" \
     -np "$slots" --no-warmup --host 127.0.0.1 --port "$port" > "$out/server-$label.err" 2>&1 &
   local pid=$! ready=0
@@ -512,7 +513,8 @@ run_server_mixed() {
           TPAR_TRACE="$out/trace-mixed-$tl.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP=400 TPAR_TRACE_SPAN=8
         if [[ -f "$out/trace-mixed-$tl.json" ]]; then
           echo "## trace mixed-$tl: TPAR_TRACE_GPU=0, 8 steps after the first 400 of the server under mixed traffic" >> "$log"
-          python3 "$root/scripts/timeline.py" "$out/trace-mixed-$tl.json" --step all >> "$log" 2>&1 || part_fail "timeline mixed $tl"
+          python3 "$root/scripts/timeline.py" "$out/trace-mixed-$tl.json" --step all 2>&1 | relative >> "$log"
+          [[ ${PIPESTATUS[0]} -eq 0 ]] || part_fail "timeline mixed $tl"
         else
           part_fail "no trace of the mixed steps ($tl)"
         fi ;;
@@ -728,8 +730,8 @@ trace_one() {  # LABEL MODEL N SM GPU(0|1) ENV...: a trace of decode tokens, sum
     "$bin/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" -p 0 -n 48 -r 1 -o md > /dev/null 2> "$out/trace.err" ||
     { tail -5 "$out/trace.err" >> "$log"; part_fail "trace $label"; return; }
   echo "## trace $label: GGML_VK_VISIBLE_DEVICES=$vis $* TPAR_TRACE_GPU=$gpu llama-bench -sm $sm -p 0 -n 48 (a token in the middle)" >> "$log"
-  python3 "$root/scripts/timeline.py" "$f" -o "/tmp/timeline-$label.svg" --title "$label" --step all >> "$log" 2>&1 ||
-    part_fail "timeline $label"
+  python3 "$root/scripts/timeline.py" "$f" -o "/tmp/timeline-$label.svg" --title "$label" --step all 2>&1 | relative >> "$log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || part_fail "timeline $label"
 }
 
 run_probes() {
