@@ -384,17 +384,9 @@ class StreamAllreduce {
       // to run: one batch then carries several steps where the relay's kernels wait for
       // the sum, one submission where its queues do.
       if (hold_ > 1 && !split_used_ && comm_.pending_waits_on_host_only()) {
-        std::uint32_t held = 0;
-        {
-          std::lock_guard lock(hold_mutex_);
-          for (std::size_t d = 0; d < n; ++d) streams_[d]->hold_with(batches_[d]);
-          held = ++held_calls_;
-          ++held_total_;
-        }
+        const std::uint32_t held = hold_on_every_stream(&batches_);
         comm_.handed(batches_, reached_, true);  // none out yet: a ticket's wait releases them first
-        if (held >= hold_ || gpus_short()) {
-          if (!release_held()) throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
-        }
+        release_if_due(held);
         return ticket;
       }
       if (!release_held()) throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
@@ -542,17 +534,7 @@ class StreamAllreduce {
   // the queues see the host's work in the submissions a held call would make.
   void skip_call() {
     if (!drain()) throw Error(ErrorCode::timeout, "StreamAllreduce: parts of earlier calls were not enqueued within the timeout");
-    std::uint32_t held = 0;
-    {
-      std::lock_guard lock(hold_mutex_);
-      for (std::size_t d = 0; d < streams_.size(); ++d) {
-        nothing_.clear();
-        streams_[d]->hold_with(nothing_);
-      }
-      held = ++held_calls_;
-    }
-    if ((held >= hold_ || gpus_short()) && !release_held())
-      throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
+    release_if_due(hold_on_every_stream(nullptr));
   }
 
   // Everything the streams hold to their queues.
@@ -603,6 +585,21 @@ class StreamAllreduce {
     flush();
   }
 
+  // A call's batches (`per_device`, or none: skip_call) held with the host's work on every
+  // stream; the held calls so far.
+  std::uint32_t hold_on_every_stream(std::vector<detail::BatchList>* per_device) {
+    std::lock_guard lock(hold_mutex_);
+    detail::BatchList nothing;
+    for (std::size_t d = 0; d < streams_.size(); ++d) streams_[d]->hold_with(per_device ? (*per_device)[d] : nothing);
+    if (per_device) ++held_total_;
+    return ++held_calls_;
+  }
+  // Releases what every stream holds once `held` calls are held or a GPU may run dry.
+  void release_if_due(std::uint32_t held) {
+    if ((held >= hold_ || gpus_short()) && !release_held())
+      throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
+  }
+
   // Every device's held calls to its queue, device order. False where a submission failed
   // (what the others held went out).
   bool release_held() noexcept {
@@ -645,7 +642,6 @@ class StreamAllreduce {
   std::vector<std::size_t> reached_;
   std::vector<detail::BatchList> batches_;
   std::vector<std::size_t> leading_;
-  detail::BatchList nothing_;  // skip_call()'s batches
 };
 
 }  // namespace tpar::inline v0
