@@ -29,6 +29,7 @@ namespace relay_mode {
 inline constexpr std::uint32_t contribute = 1;  // publish the user values, stamped, to host memory
 inline constexpr std::uint32_t arrive = 2;      // mark the call started in the publish area's header
 inline constexpr std::uint32_t collect = 4;     // wait for the sum in the device's slot, copy it into user
+inline constexpr std::uint32_t site = 8;        // a ride site: the call's slot set from a word the host writes
 }  // namespace relay_mode
 
 // The push-constant block every kernel shares (shaders/*.comp: `PC`).

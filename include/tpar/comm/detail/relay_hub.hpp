@@ -60,6 +60,7 @@ namespace relay_layout {
 inline constexpr std::size_t seq = 0, flag = 1, abort = 2, payload = 64;  // slot words
 inline constexpr std::size_t arrived = 0, gave_up = 1;                    // publish header words
 inline constexpr std::size_t header_bytes = 256;                          // before the units
+inline constexpr std::uint32_t no_call = 0xFFFFFFFFu;                     // a ride site's word: serve nothing
 }  // namespace relay_layout
 
 // Makes the stores before it (also to write-combined memory, as a BAR mapping usually is)
@@ -157,6 +158,7 @@ class RelayHub {
     std::uint64_t first_sequence = 1;      // tests start near a stamp wrap
     bool scalar_sum = false;               // Options::relay_scalar_sum
     std::uint32_t threads = 1;             // Options::relay_threads: the thread and its helpers
+    std::uint32_t sites = 0;               // ride sites a device (words after the slot sets)
   };
 
   struct Stats {
@@ -181,7 +183,7 @@ class RelayHub {
     for (std::size_t d = 0; d < n_; ++d) {
       Device& dev = group[d];
       auto& s = devices_[d];
-      s.slots = map_buffer(dev, slot_block_ * config_.depth, F::eDeviceLocal | F::eHostVisible | F::eHostCoherent, {}, {},
+      s.slots = map_buffer(dev, slot_block_ * config_.depth + std::size_t{config_.sites} * 4, F::eDeviceLocal | F::eHostVisible | F::eHostCoherent, {}, {},
                            "slots (device-local, host-visible memory)");
       s.publish = map_buffer(dev, publish_block_ * config_.depth, F::eHostVisible | F::eHostCoherent, F::eHostCached,
                              F::eDeviceLocal, "publish areas (host memory)");
@@ -230,6 +232,21 @@ class RelayHub {
   vk::DescriptorBufferInfo publish(std::size_t d, std::uint32_t parity) const {
     return {devices_[d].publish->buffer, publish_block_ * parity, publish_block_};
   }
+  // For ride sites (kernels recorded once into a host's command buffers, shaders/relay.glsl
+  // SITE): device d's slots and publish areas of every slot set as one binding each; a
+  // slot set's size in slot words and in 8-byte publish units; site s's word, which names
+  // the slot set of the call the site serves next (relay_layout::no_call: none), as an
+  // index into the slots binding and as the host's pointer to it.
+  vk::DescriptorBufferInfo all_slots(std::size_t d) const { return {devices_[d].slots->buffer, 0, VK_WHOLE_SIZE}; }
+  vk::DescriptorBufferInfo all_publish(std::size_t d) const { return {devices_[d].publish->buffer, 0, VK_WHOLE_SIZE}; }
+  std::uint32_t slot_set_words() const { return static_cast<std::uint32_t>(slot_block_ / 4); }
+  std::uint32_t publish_set_units() const { return static_cast<std::uint32_t>(publish_block_ / 8); }
+  std::uint32_t sites() const { return config_.sites; }
+  std::uint32_t site_word_index(std::uint32_t s) const { return static_cast<std::uint32_t>(slot_block_ * config_.depth / 4) + s; }
+  std::uint32_t* site_word(std::size_t d, std::uint32_t s) const {
+    return static_cast<std::uint32_t*>(devices_[d].slots->data) + site_word_index(s);
+  }
+
   // What device d's collect batch waits on (the call's number), where its queue waits.
   vk::Semaphore release(std::size_t d) const { return devices_[d].release.handle(); }
 
@@ -727,6 +744,7 @@ struct RelaySetup {
     r.config.scalar_sum = options.relay_scalar_sum;
     RelayHub::check_threads(options.relay_threads);  // refused at creation, not at the first relay call
     r.config.threads = options.relay_threads;
+    r.config.sites = options.relay_ride ? 1024 : 0;
     return r;
   }
 
