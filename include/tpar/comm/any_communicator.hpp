@@ -32,6 +32,12 @@ class AnyCommunicator {
   void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) { impl_->handed(out, reached, ok); }
   bool pending_waits_on_host_only() const { return impl_->pending_waits_on_host_only(); }
   void set_before_wait(std::function<void()> f) { impl_->set_before_wait(std::move(f)); }
+  // See Communicator::last_call_rides, record_ride, bind_site, forget_site, sites_in_use.
+  bool last_call_rides(std::size_t d) const { return impl_->last_call_rides(d); }
+  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep) { return impl_->record_ride(d, cb, keep); }
+  bool bind_site(std::size_t d, std::uint64_t id) { return impl_->bind_site(d, id); }
+  void forget_site(std::size_t d, std::uint64_t id) { impl_->forget_site(d, id); }
+  std::size_t sites_in_use(std::size_t d) const { return impl_->sites_in_use(d); }
   // See Communicator::per_device.
   bool per_device(std::size_t count, std::uint32_t contributing = ~0u) { return impl_->per_device(count, contributing); }
   const DeviceGroup& group() const { return impl_->group(); }
@@ -66,6 +72,11 @@ class AnyCommunicator {
     virtual void handed(std::vector<detail::BatchList>&, std::span<const std::size_t>, bool) = 0;
     virtual bool pending_waits_on_host_only() const = 0;
     virtual void set_before_wait(std::function<void()>) = 0;
+    virtual bool last_call_rides(std::size_t) const = 0;
+    virtual std::optional<std::uint64_t> record_ride(std::size_t, vk::CommandBuffer, bool) = 0;
+    virtual bool bind_site(std::size_t, std::uint64_t) = 0;
+    virtual void forget_site(std::size_t, std::uint64_t) = 0;
+    virtual std::size_t sites_in_use(std::size_t) const = 0;
     virtual bool per_device(std::size_t, std::uint32_t) = 0;
     virtual const DeviceGroup& group() const = 0;
     virtual std::size_t size() const = 0;
@@ -93,6 +104,11 @@ class AnyCommunicator {
     }
     bool pending_waits_on_host_only() const override { return comm.pending_waits_on_host_only(); }
     void set_before_wait(std::function<void()> f) override { comm.set_before_wait(std::move(f)); }
+    bool last_call_rides(std::size_t d) const override { return comm.last_call_rides(d); }
+    std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep) override { return comm.record_ride(d, cb, keep); }
+    bool bind_site(std::size_t d, std::uint64_t id) override { return comm.bind_site(d, id); }
+    void forget_site(std::size_t d, std::uint64_t id) override { comm.forget_site(d, id); }
+    std::size_t sites_in_use(std::size_t d) const override { return comm.sites_in_use(d); }
     bool per_device(std::size_t count, std::uint32_t contributing) override { return comm.per_device(count, contributing); }
     const DeviceGroup& group() const override { return comm.group(); }
     std::size_t size() const override { return comm.size(); }

@@ -17,6 +17,7 @@
 #include <tpar/comm/detail/merged_batches.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
+#include <tpar/comm/detail/ride_sites.hpp>
 #include <tpar/comm/detail/validate.hpp>
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
@@ -219,6 +220,7 @@ class Communicator {
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
     last_plan_ = &plan;
     last_parity_ = parity;
+    last_spans_.assign(spans.begin(), spans.end());
     const std::uint64_t relay_call = is_relay(plan) ? relay_->record(parity, count, rq.contributing) : 0;
     return submit(plan, parity, args, relay_call);
   }
@@ -350,6 +352,51 @@ class Communicator {
     if (all_out) deferral_->submitted_calls.store(calls_, std::memory_order_release);
   }
 
+
+  // Riding (docs/design/relay-ride.md): device d's part of the last call recorded into a
+  // command buffer of the host's instead of tpar's own, for tpar::StreamAllreduce.
+  //
+  // Whether it can ride: a relay call whose kernels wait for the sum on the GPU (one
+  // compute batch of one kernel on the device), Options::relay_ride on, no profiling.
+  bool last_call_rides(std::size_t d) const {
+    if (!options_.relay_ride || options_.profile || !relay_ || !relay_->sites() || !last_plan_ || !is_relay(*last_plan_) ||
+        d >= size())
+      return false;
+    const auto& batches = last_plan_->schedule.devices[d].batches;
+    return batches.size() == 1 && batches[0].commands.size() == 1 && batches[0].commands[0].type == Command::Type::kernel &&
+           !batches[0].wait_relay;
+  }
+  // Records device d's part of the last call (last_call_rides(d)) into `cb`: its kernel
+  // between two barriers. `keep`: the host submits `cb` again for later calls, so the
+  // kernel is recorded as a site (its id returned, for bind_site() before each later
+  // submission, forget_site() once the host frees `cb`); nullopt, with nothing recorded,
+  // where every site is in use. Otherwise (0) the call's own descriptor set is bound, and
+  // `cb` must be submitted once, before the next call.
+  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep) {
+    const detail::RideCall call = ride_call(d);
+    if (!keep) {
+      detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups);
+      return 0;
+    }
+    const std::uint64_t id = sites(d).make(cb, call);
+    if (!id) return std::nullopt;
+    return id;
+  }
+  // Site `id` of device d to serve device d's part of the last call (last_call_rides(d))
+  // in a command buffer the host submits again. False (nothing changed) where it cannot:
+  // not a site of this communicator's device d, made for another buffer, size or mode, or
+  // its previous call not yet done on the device (never blocks).
+  bool bind_site(std::size_t d, std::uint64_t id) {
+    if (!ride_sites_.size() || !ride_sites_[d]) return false;
+    return ride_sites_[d]->bind(id, ride_call(d));
+  }
+  // The host freed the command buffers that held site `id` of device d.
+  void forget_site(std::size_t d, std::uint64_t id) {
+    if (d < ride_sites_.size() && ride_sites_[d]) ride_sites_[d]->forget(id);
+  }
+  // Sites in use on device d.
+  std::size_t sites_in_use(std::size_t d) const { return d < ride_sites_.size() && ride_sites_[d] ? ride_sites_[d]->in_use() : 0; }
+
   // Whether a call of `count` values (`contributing`: as AllreduceArgs::contributes) runs
   // so that each device's part of it can be handed to a thread of its own
   // (StreamAllreduce::allreduce_split): every batch on the devices' compute queues, and no device
@@ -442,6 +489,36 @@ class Communicator {
   }
 
   static bool is_relay(const PlanType& plan) { return plan.schedule.algorithm == Relay::name; }
+
+  detail::RideCall ride_call(std::size_t d) const {
+    if (!last_call_rides(d)) throw Error(ErrorCode::invalid_argument, "the last call cannot ride in a host's command buffer");
+    const PlanType& plan = *last_plan_;
+    const Command& cmd = plan.schedule.devices[d].batches[0].commands[0];
+    Device& dev = group_[d];
+    detail::RideCall call;
+    call.pipeline = dev.kernels().pipeline(cmd.kernel, plan.schedule.wire);
+    call.set = plan.descriptor_sets[d][last_parity_];
+    call.args = cmd.args;
+    call.groups = kernel_groups(cmd.kernel, cmd.args.count, dev.capabilities().max_workgroups_x);
+    call.span = last_spans_[d];
+    call.slot_set = last_parity_;
+    call.done = plan.submits[d][last_parity_].signal_values[0];
+    return call;
+  }
+
+  detail::RideSites& sites(std::size_t d) {
+    if (ride_sites_.empty()) ride_sites_.resize(size());
+    if (!ride_sites_[d])
+      ride_sites_[d] = std::make_unique<detail::RideSites>(group_[d], *relay_, d, [this, d](std::uint64_t value) {
+        auto& c = ctx_[d];
+        if (c.completed[0] >= value) return true;
+        std::uint64_t now = 0;
+        if (c.device->handle().getSemaphoreCounterValue(c.compute.handle(), &now) == vk::Result::eSuccess)
+          c.completed[0] = std::max(c.completed[0], now);
+        return c.completed[0] >= value;
+      });
+    return *ride_sites_[d];
+  }
 
   // The relay's host side, made with its first call. Where the automatic choice took the
   // relay and it cannot be made (its memory), calls go on without it; asked for, the
@@ -1181,6 +1258,7 @@ class Communicator {
     generation_.reset();
     sync_.reset();
     health_->set_hook({});  // tickets may outlive the relay
+    ride_sites_.clear();
     relay_.reset();
     for (auto& c : ctx_) {
       if (!c.device) continue;  // creation failed before this device was reached
@@ -1225,6 +1303,8 @@ class Communicator {
   CallInfo last_call_;
   PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())
   std::uint32_t last_parity_ = 0;
+  std::vector<BufferSpan> last_spans_;                         // the last call's spans (for a ride)
+  std::vector<std::unique_ptr<detail::RideSites>> ride_sites_;  // by device, made by the first site
   std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
 };
 

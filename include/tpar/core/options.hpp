@@ -108,6 +108,13 @@ struct Options {
   // so, a decode step's relay calls and the host's work between them run as one batch.
   // 0 or 1: each call goes out at once. TPAR_STREAM_HOLD=1..1024.
   std::uint32_t stream_hold = 16;
+  // tpar::StreamAllreduce, with a host that records its own command buffers and offers
+  // them (Stream::ride: ggml-vulkan under -sm tensor): a held relay call's kernel is
+  // recorded at the start of the host's next command buffer on each device, not in a
+  // command buffer of tpar's, so that a call ends no command buffer of its own (on
+  // NVIDIA's driver 580 each end cost the GPU about 4.7 us: docs/design/relay-ride.md).
+  // Only where the relay's kernels wait for the sum on the GPU. TPAR_RELAY_RIDE=0|1.
+  bool relay_ride = true;
   // Wire: a fixed format, or (nullopt) f32 below bf16_min_bytes of payload and bf16 from it.
   std::optional<Wire> wire;
   std::size_t bf16_min_bytes = std::size_t{1} << 20;
@@ -246,6 +253,12 @@ inline Options Options::with_environment() const {
     if (*end || h < 1 || h > 1024 || !std::isdigit(static_cast<unsigned char>(s[0])))
       detail::bad_env("TPAR_STREAM_HOLD", s, "1 to 1024");
     o.stream_hold = static_cast<std::uint32_t>(h);
+  }
+  if (const char* v = detail::env_value("TPAR_RELAY_RIDE")) {
+    const std::string_view s(v);
+    if (s == "0") o.relay_ride = false;
+    else if (s == "1") o.relay_ride = true;
+    else detail::bad_env("TPAR_RELAY_RIDE", s, "0 or 1");
   }
   if (const char* v = detail::env_value("TPAR_WIRE")) {
     const std::string_view s(v);
