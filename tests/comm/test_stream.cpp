@@ -47,13 +47,15 @@ struct Side {
     dev->handle().destroyCommandPool(pool);
   }
 
-  // Step k's host work: history[k] <- span; span <- partials[k].
-  vk::CommandBuffer record(std::size_t k, std::size_t count) {
+  // Step k's host work: history[k] <- span; span <- partials[k]. `ride`: first, the
+  // held call's kernel where the stream offers it (Stream::ride, recorded once).
+  vk::CommandBuffer record(std::size_t k, std::size_t count, bool ride = false) {
     vk::CommandBuffer cb;
     vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
     REQUIRE(dev->handle().allocateCommandBuffers(&ai, &cb) == vk::Result::eSuccess);
     vk::CommandBufferBeginInfo bi(vk::CommandBufferUsageFlagBits::eOneTimeSubmit);
     REQUIRE(cb.begin(&bi) == vk::Result::eSuccess);
+    if (ride && stream->ride_pending()) CHECK(stream->ride(cb, false) == 0);
     const std::size_t bytes = count * 4;
     const vk::BufferCopy save(0, k * bytes, bytes);
     cb.copyBuffer(span->handle(), history->handle(), 1, &save);
@@ -92,13 +94,15 @@ struct Chain {
     for (auto& side : sides) s.push_back({side->span->handle(), 0, count, side->span->size()});
     return s;
   }
-  // Host work of step k on device d, through its stream (`gate`: a first wait).
-  void host_step(std::size_t d, std::size_t k, const TestTimeline* gate = nullptr) {
-    vk::CommandBuffer cb = sides[d]->record(k, count);
+  // Host work of step k on device d, through its stream (`gate`: a first wait; `ride`:
+  // as Side::record; `first`: a command buffer that goes before it, in the same batch).
+  void host_step(std::size_t d, std::size_t k, const TestTimeline* gate = nullptr, bool ride = false,
+                 vk::CommandBuffer first = {}) {
+    const vk::CommandBuffer cbs[2] = {first, sides[d]->record(k, count, ride)};
     const std::uint64_t one = 1;
     const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
     vk::TimelineSemaphoreSubmitInfo ti(gate ? 1 : 0, &one, 0, nullptr);
-    vk::SubmitInfo si(gate ? 1 : 0, gate ? &gate->semaphore : nullptr, &stage, 1, &cb, 0, nullptr, &ti);
+    vk::SubmitInfo si(gate ? 1 : 0, gate ? &gate->semaphore : nullptr, &stage, first ? 2 : 1, first ? cbs : cbs + 1, 0, nullptr, &ti);
     sides[d]->stream->submit({si});
   }
   // Every step k >= 1 saw the exact sum of step k - 1, on every device.
@@ -445,4 +449,136 @@ TEST_CASE("streams: a fenced submission on one device releases the calls every d
   ar.flush();
   for (std::size_t d = 0; d < 2; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
   chain.check();
+}
+
+namespace {
+
+// Whether the relay's kernels wait for the sum on every device of `group` (GPUs): where
+// they do not (lavapipe), calls cannot ride and none is offered.
+bool kernels_wait(const DeviceGroup& group) { return group.relay_gate().possible && group.relay_gate().queue_waits == 0; }
+
+}  // namespace
+
+TEST_CASE("streams: a held relay call rides in the host's next command buffer, recorded once or as a site replayed") {
+  // Each step's host work is one command buffer; a relay call held after it waits for a
+  // ride, and the next step's host work records its kernel first (Stream::ride), or, as a
+  // replay would, submits again a command buffer holding a site that now serves the call
+  // (Stream::ride_again). Every step sees the exact sum of the step before; a call no
+  // host takes (the last one before a flush) goes out in tpar's own command buffer.
+  for (std::uint32_t n : {2u, 3u}) {
+    VkEnv env(n, {.sync_validation = false});
+    if (!env.ok()) continue;
+    CAPTURE(n);
+    const bool waits = kernels_wait(env.group());
+    if (!waits)
+      MESSAGE("the relay's kernels do not wait on the GPU here (" << env.group()[0].capabilities().name
+                                                                  << "): no call is offered a ride; checked that every call goes out "
+                                                                     "in tpar's command buffers, exact");
+    Options o = test_opts();
+    o.algo = AlgoChoice::relay;
+    SUBCASE("recorded into each step's command buffer") {
+      auto comm = make_communicator(env.group(), o);
+      const std::size_t steps = 24;
+      Chain chain(env.group(), 4096, steps, 900 + n);
+      StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+      const auto spans = chain.spans();
+      Ticket last;
+      for (std::size_t k = 0; k < steps; ++k) {
+        for (std::size_t d = 0; d < n; ++d) chain.host_step(d, k, nullptr, true);
+        last = ar.allreduce(spans);
+      }
+      for (std::size_t d = 0; d < n; ++d) chain.host_step(d, steps, nullptr, true);
+      ar.flush();
+      last.wait(test_timeout);
+      for (std::size_t d = 0; d < n; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
+      chain.check();
+      const auto r = ar.ride_stats();
+      CHECK(r.recorded == (waits ? n * steps : 0));
+      CHECK(r.sites == 0);
+      CHECK(r.fell_back == 0);
+      CHECK(ar.held_calls() == steps);
+    }
+    SUBCASE("a site replayed for later calls, after the GPUs went idle between rounds") {
+      auto comm = make_communicator(env.group(), o);
+      const std::size_t rounds = 3, per_round = 5, steps = rounds * per_round;
+      Chain chain(env.group(), 4096, steps, 700 + n);
+      StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+      const auto spans = chain.spans();
+      // by device and step of a round: a command buffer holding only the ride, and its site
+      std::vector<std::vector<vk::CommandBuffer>> kept(n, std::vector<vk::CommandBuffer>(per_round));
+      std::vector<std::vector<std::uint64_t>> site(n, std::vector<std::uint64_t>(per_round, 0));
+      std::size_t offered = 0;
+      for (std::size_t k = 0; k < steps; ++k) {
+        const std::size_t j = k % per_round;
+        for (std::size_t d = 0; d < n; ++d) {
+          Side& side = *chain.sides[d];
+          vk::CommandBuffer first;
+          if (side.stream->ride_pending()) {
+            ++offered;
+            if (kept[d][j] && side.stream->ride_again(site[d][j])) {
+              first = kept[d][j];
+            } else {
+              REQUIRE_FALSE(kept[d][j]);  // the GPUs are idle at each round's start: a site is always free then
+              vk::CommandBufferAllocateInfo ai(side.pool, vk::CommandBufferLevel::ePrimary, 1);
+              REQUIRE(side.dev->handle().allocateCommandBuffers(&ai, &kept[d][j]) == vk::Result::eSuccess);
+              vk::CommandBufferBeginInfo bi;
+              REQUIRE(kept[d][j].begin(&bi) == vk::Result::eSuccess);
+              site[d][j] = side.stream->ride(kept[d][j], true);
+              CHECK(site[d][j] != 0);
+              REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(kept[d][j]) == VK_SUCCESS);
+              first = kept[d][j];
+            }
+          }
+          chain.host_step(d, k, nullptr, false, first);
+        }
+        (void)ar.allreduce(spans);
+        if (j + 1 == per_round) {
+          // a token's end: the host synchronizes; the call it holds goes out in tpar's batch
+          ar.flush();
+          for (std::size_t d = 0; d < n; ++d)
+            REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
+        }
+      }
+      for (std::size_t d = 0; d < n; ++d) chain.host_step(d, steps);
+      ar.flush();
+      for (std::size_t d = 0; d < n; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
+      chain.check();
+      const auto r = ar.ride_stats();
+      // a round's first step follows a flush: nothing waits for a ride there
+      CHECK(offered == (waits ? n * rounds * (per_round - 1) : 0));
+      CHECK(r.sites == (waits ? n * (per_round - 1) : 0));
+      CHECK(r.recorded == r.sites);
+      CHECK(r.again == (waits ? n * (rounds - 1) * (per_round - 1) : 0));
+      CHECK(r.refused == 0);
+      CHECK(r.fell_back == (waits ? n * rounds : 0));
+      // a site serves nothing where no call waits: the host records anew then
+      if (waits) {
+        CHECK_FALSE(chain.sides[0]->stream->ride_pending());
+        CHECK_FALSE(chain.sides[0]->stream->ride_again(site[0][1]));
+        CHECK(chain.sides[0]->stream->ride_again(0));
+      }
+      for (std::size_t d = 0; d < n; ++d)
+        for (std::size_t j = 0; j < per_round; ++j) chain.sides[d]->stream->ride_forget(site[d][j]);
+      for (std::size_t d = 0; d < n; ++d) CHECK(comm.sites_in_use(d) == 0);
+    }
+    SUBCASE("TPAR_RELAY_RIDE=0 (Options::relay_ride false) offers no ride") {
+      o.relay_ride = false;
+      auto comm = make_communicator(env.group(), o);
+      const std::size_t steps = 8;
+      Chain chain(env.group(), 1024, steps, 300 + n);
+      StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
+      for (std::size_t k = 0; k < steps; ++k) {
+        for (std::size_t d = 0; d < n; ++d) {
+          CHECK_FALSE(chain.sides[d]->stream->ride_pending());
+          chain.host_step(d, k, nullptr, true);
+        }
+        (void)ar.allreduce(chain.spans());
+      }
+      for (std::size_t d = 0; d < n; ++d) chain.host_step(d, steps);
+      ar.flush();
+      for (std::size_t d = 0; d < n; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
+      chain.check();
+      CHECK(ar.ride_stats().recorded == 0);
+    }
+  }
 }

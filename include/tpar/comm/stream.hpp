@@ -37,6 +37,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -85,7 +86,14 @@ class Stream {
   void submit(std::span<const vk::SubmitInfo> batches, vk::Fence fence = {}) {
     if (fence) release_held_calls();
     std::lock_guard lock(mutex_);
+    ride_falls_back();
     held_.append(batches);
+    if (ride_ == RideState::taken) {
+      // the call's kernel is in these batches: its signals end them
+      held_.append(ride_batches_, false);
+      ride_batches_.clear();
+      ride_ = RideState::none;
+    }
     if (!holding_ || fence) flush_locked(fence);
   }
   void submit(std::initializer_list<vk::SubmitInfo> batches, vk::Fence fence = {}) {
@@ -104,8 +112,113 @@ class Stream {
   // What the stream holds, in batches (tpar's carried ones and the host's).
   std::size_t held() const {
     std::lock_guard lock(mutex_);
-    return carried_.size() + held_.size();
+    return carried_.size() + held_.size() + (ride_ == RideState::pending ? ride_batches_.size() : 0);
   }
+  // Riding (docs/design/relay-ride.md): where tpar holds a relay call on this stream
+  // (StreamAllreduce, Options::relay_ride), a host that records its own command buffers
+  // may take the call's kernel into the command buffer it submits here next, so the call
+  // ends no command buffer of its own. Not taken, the call goes out as always, in
+  // tpar's command buffer ahead of the host's next submission.
+  //
+  // Whether a call waits for a ride.
+  bool ride_pending() const {
+    std::lock_guard lock(mutex_);
+    return ride_ == RideState::pending;
+  }
+  // Records the waiting call's kernel at this point of `cb`, a command buffer the host is
+  // recording and submits to this stream next (nothing else submitted here before it).
+  // `keep`: the host may submit `cb` again later; the returned site (0: none) is what to
+  // name to ride_again() before each such submission and to ride_forget() once `cb` is
+  // freed. Where no site is free, nothing is recorded and the call goes out in tpar's
+  // command buffer. Throws Error where recording failed (the call goes out then too).
+  std::uint64_t ride(vk::CommandBuffer cb, bool keep) {
+    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool)> record;
+    {
+      std::lock_guard lock(mutex_);
+      if (ride_ != RideState::pending || !rider_.record) return 0;
+      record = rider_.record;
+    }
+    const std::optional<std::uint64_t> site = record(cb, keep);
+    std::lock_guard lock(mutex_);
+    if (!site) return 0;
+    ride_ = RideState::taken;
+    ++ride_stats_.recorded;
+    if (*site) ++ride_stats_.sites;
+    return *site;
+  }
+  // Before the host submits again a command buffer it recorded with ride `site` (0: one
+  // recorded with no ride in it): whether it may. True for 0 (a waiting call then goes out
+  // in tpar's command buffer ahead of it), and for a site that now serves the waiting
+  // call. False where the site cannot (no call waits, or one of another buffer, size or
+  // mode, or the site's previous call is not done): the host records the command buffer
+  // anew, without submitting the old one.
+  bool ride_again(std::uint64_t site) {
+    std::function<bool(std::uint64_t)> bind;
+    {
+      std::lock_guard lock(mutex_);
+      if (!site) return true;
+      if (ride_ != RideState::pending || !rider_.bind) return false;
+      bind = rider_.bind;
+    }
+    const bool ok = bind(site);
+    std::lock_guard lock(mutex_);
+    if (ok) {
+      ride_ = RideState::taken;
+      ++ride_stats_.again;
+    } else {
+      ++ride_stats_.refused;
+    }
+    return ok;
+  }
+  // The host freed the command buffer that held ride `site`.
+  void ride_forget(std::uint64_t site) {
+    std::function<void(std::uint64_t)> forget;
+    {
+      std::lock_guard lock(mutex_);
+      forget = rider_.forget;
+    }
+    if (site && forget) forget(site);
+  }
+  struct RideStats {
+    std::uint64_t recorded = 0;   // calls recorded into a host's command buffer (ride())
+    std::uint64_t sites = 0;      // of them, as a site the host submits again
+    std::uint64_t again = 0;      // calls served by a site again (ride_again())
+    std::uint64_t refused = 0;    // sites that could not serve a call (the host recorded anew)
+    std::uint64_t fell_back = 0;  // calls that waited for a ride and went out in tpar's command buffer
+  };
+  RideStats ride_stats() const {
+    std::lock_guard lock(mutex_);
+    return ride_stats_;
+  }
+
+  // For StreamAllreduce: what records a waiting call into a host's command buffer
+  // (Communicator::record_ride, bind_site, forget_site for this stream's device).
+  struct Rider {
+    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool)> record;
+    std::function<bool(std::uint64_t)> bind;
+    std::function<void(std::uint64_t)> forget;
+  };
+  void set_rider(Rider rider) {
+    std::lock_guard lock(mutex_);
+    rider_ = std::move(rider);
+  }
+  // For StreamAllreduce: held work kept, and `calls`'s batches (one call, none of which
+  // waits on anything) waiting for a ride. Throws Error(invalid_argument), holding
+  // nothing new, where the host took an earlier call's ride and did not submit it yet.
+  void hold_ride(detail::BatchList& calls) {
+    std::lock_guard lock(mutex_);
+    if (ride_ == RideState::taken)
+      throw Error(ErrorCode::invalid_argument, "tpar::Stream: a command buffer that took an AllReduce's ride was not submitted "
+                                               "before the next AllReduce");
+    collect();
+    std::swap(held_, out_);
+    out_.clear();
+    ride_batches_.clear();
+    ride_batches_.append(calls);
+    ride_ = RideState::pending;
+    holds_call_.store(true, std::memory_order_release);
+  }
+
   // The queue all of it goes to: its counts say what the stream cost the driver.
   Queue& queue() { return queue_; }
   vk::Device device() const { return device_; }
@@ -151,6 +264,9 @@ class Stream {
   // device together (flush_held(), or the group's hook before any flush).
   void hold_with(detail::BatchList& calls) {
     std::lock_guard lock(mutex_);
+    if (ride_ == RideState::taken)
+      throw Error(ErrorCode::invalid_argument, "tpar::Stream: a command buffer that took an AllReduce's ride was not submitted "
+                                               "before the next AllReduce");
     collect();
     out_.append(calls.infos(false));
     carried_call_ = 0;
@@ -263,11 +379,21 @@ class Stream {
   // What the stream carries of tpar's last call, then the host's held work, into out_
   // (both emptied): the order every submission of them takes.
   void collect() {
+    ride_falls_back();
     out_.clear();
     out_.append(carried_);
     out_.append(held_);
     carried_.clear();
     held_.clear();
+  }
+
+  // A call that waited for a ride no host took goes out as it is, after the held work.
+  void ride_falls_back() {
+    if (ride_ != RideState::pending) return;
+    held_.append(ride_batches_);
+    ride_batches_.clear();
+    ride_ = RideState::none;
+    ++ride_stats_.fell_back;
   }
 
   void flush_locked(vk::Fence fence) {
@@ -303,6 +429,11 @@ class Stream {
   std::uint64_t hold_signalled_ = 0;
   std::atomic<bool> holds_call_{false};
   std::function<void()> release_;
+  enum class RideState : std::uint8_t { none, pending, taken };
+  RideState ride_ = RideState::none;
+  detail::BatchList ride_batches_;  // the call waiting for a ride, or taken (its signals then)
+  Rider rider_;
+  RideStats ride_stats_;
 };
 
 // AllReduces over streams, one per device of the communicator's group in device order.
@@ -338,6 +469,11 @@ class StreamAllreduce {
     hold_ = std::max<std::uint32_t>(1, comm_.options().stream_hold);
     for (std::size_t d = 0; d < streams_.size(); ++d) streams_[d]->set_gate(&gate_, d, comm_.options().timeout);
     for (auto* s : streams_) s->set_release([this] { release_held(); });
+    if (comm_.options().relay_ride)
+      for (std::size_t d = 0; d < streams_.size(); ++d)
+        streams_[d]->set_rider({[this, d](vk::CommandBuffer cb, bool keep) { return comm_.record_ride(d, cb, keep); },
+                                [this, d](std::uint64_t site) { return comm_.bind_site(d, site); },
+                                [this, d](std::uint64_t site) { comm_.forget_site(d, site); }});
     for (auto* s : streams_) s->set_holding(true);
     comm_.set_before_wait([this] { before_wait(); });
   }
@@ -346,6 +482,7 @@ class StreamAllreduce {
   ~StreamAllreduce() {
     if (!release_held()) log(LogLevel::error, "tpar::StreamAllreduce: submitting held calls failed");
     for (auto* s : streams_) s->set_release({});
+    for (auto* s : streams_) s->set_rider({});
     comm_.set_before_wait({});
     for (auto* s : streams_) s->set_gate(nullptr, 0, {});
     for (auto* s : streams_) {
@@ -384,6 +521,20 @@ class StreamAllreduce {
       // to run: one batch then carries several steps where the relay's kernels wait for
       // the sum, one submission where its queues do.
       if (hold_ > 1 && !split_used_ && comm_.pending_waits_on_host_only()) {
+        if (rides(n)) {
+          // Each device's part waits for the host's next command buffer on that device
+          // (Stream::ride), where it goes out in any case; the calls held before go out
+          // now if due, as this one cannot go with them.
+          release_if_due(held_calls_);
+          {
+            std::lock_guard lock(hold_mutex_);
+            for (std::size_t d = 0; d < n; ++d) streams_[d]->hold_ride(batches_[d]);
+            ++held_total_;
+            ++held_calls_;
+          }
+          comm_.handed(batches_, reached_, true);
+          return ticket;
+        }
         const std::uint32_t held = hold_on_every_stream(&batches_);
         comm_.handed(batches_, reached_, true);  // none out yet: a ticket's wait releases them first
         release_if_due(held);
@@ -542,6 +693,20 @@ class StreamAllreduce {
     for (auto* s : streams_) s->flush();
   }
 
+  // What the streams' hosts did with calls that could ride in their command buffers.
+  Stream::RideStats ride_stats() const {
+    Stream::RideStats out;
+    for (auto* s : streams_) {
+      const auto r = s->ride_stats();
+      out.recorded += r.recorded;
+      out.sites += r.sites;
+      out.again += r.again;
+      out.refused += r.refused;
+      out.fell_back += r.fell_back;
+    }
+    return out;
+  }
+
   // Calls held so far (Options::stream_hold) and the submissions that released them.
   std::uint64_t held_calls() const { return held_total_; }
   std::uint64_t hold_releases() const { return releases_; }
@@ -564,6 +729,16 @@ class StreamAllreduce {
     std::vector<Part> parts;
     std::size_t head = 0, count = 0;
   };
+
+  // Whether the call just handed over (batches_) waits for rides: Options::relay_ride,
+  // and on every device one batch that waits on nothing, a relay kernel that waits on the
+  // GPU (Communicator::last_call_rides).
+  bool rides(std::size_t n) const {
+    if (!comm_.options().relay_ride) return false;
+    for (std::size_t d = 0; d < n; ++d)
+      if (batches_[d].size() != 1 || batches_[d].waits() || !comm_.last_call_rides(d)) return false;
+    return true;
+  }
 
   // Until every part made is enqueued (bounded by the timeout). False on timeout.
   bool drain() {

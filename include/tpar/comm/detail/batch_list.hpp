@@ -62,13 +62,16 @@ class BatchList {
     }
   }
 
-  void append(const BatchList& other) {
+  // Copies of `other`'s batches; `command_buffers` false: their semaphore waits and
+  // signals only (a ride: the command buffers' work is recorded in the host's).
+  void append(const BatchList& other, bool command_buffers = true) {
     for (const Entry& o : other.entries_) {
       Entry e = o;
+      if (!command_buffers) e.cb_count = 0;
       e.cb_first = static_cast<std::uint32_t>(cbs_.size());
       e.wait_first = static_cast<std::uint32_t>(waits_.size());
       e.signal_first = static_cast<std::uint32_t>(signals_.size());
-      cbs_.insert(cbs_.end(), other.cbs_.begin() + o.cb_first, other.cbs_.begin() + o.cb_first + o.cb_count);
+      cbs_.insert(cbs_.end(), other.cbs_.begin() + o.cb_first, other.cbs_.begin() + o.cb_first + e.cb_count);
       waits_.insert(waits_.end(), other.waits_.begin() + o.wait_first, other.waits_.begin() + o.wait_first + o.wait_count);
       stages_.insert(stages_.end(), other.stages_.begin() + o.wait_first, other.stages_.begin() + o.wait_first + o.wait_count);
       wait_values_.insert(wait_values_.end(), other.wait_values_.begin() + o.wait_first,
