@@ -239,6 +239,15 @@ class GgmlComm {
                                 " AllReduces held with ggml's work (their batches wait on no other device), released in " +
                                 std::to_string(streamed_->hold_releases()) + " submissions a device (TPAR_STREAM_HOLD=" +
                                 std::to_string(comm_->options().stream_hold) + ")");
+      if (streamed_) {
+        const Stream::RideStats r = streamed_->ride_stats();
+        if (r.recorded || r.again || r.fell_back)
+          log(LogLevel::info, "ggml comm: relay calls' device parts recorded into ggml-vulkan's command buffers (TPAR_RELAY_RIDE): " +
+                                  std::to_string(r.recorded) + " (" + std::to_string(r.sites) + " of them as sites of recordings for replay), " +
+                                  std::to_string(r.again) + " served by a replayed site, " + std::to_string(r.fell_back) +
+                                  " in tpar's own command buffer; " + std::to_string(r.refused) +
+                                  " sites could not serve a call (the subgraph was recorded anew)");
+      }
       if (const RelayStats r = comm_->relay_stats(); r.calls) {
         // the host's side of a call: from every device's first values seen to the sum and
         // flag in every slot (reading the values as they come, summing, writing), in 0.1 us

@@ -169,6 +169,41 @@ class QueueLink {
     return s && s->holding();
   }
 
+  // Riding (tpar::Stream::ride, docs/design/relay-ride.md): tpar's AllReduce held for
+  // the subgraph ggml-vulkan records next on this device, its kernel recorded first into
+  // that subgraph's command buffer. ride_pending(): whether a call waits for it; ride():
+  // records it into `cb` (`keep`: a recording for replay; the site it returns, 0 for
+  // none, is what ride_again() names before each replay and ride_forget() once the
+  // recording is freed); ride_again(): false where a recording with that site cannot be
+  // replayed now (record it anew). Errors throw vk::SystemError, as ggml-vulkan's own.
+  bool ride_pending() const {
+    const Stream* s = stream();
+    return s && s->ride_pending();
+  }
+  std::uint64_t ride(vk::CommandBuffer cb, bool keep) {
+    Stream* s = stream();
+    if (!s) return 0;
+    try {
+      return s->ride(cb, keep);
+    } catch (const Error& e) {
+      const vk::Result r = e.vk_result() == vk::Result::eSuccess ? vk::Result::eErrorUnknown : e.vk_result();
+      throw vk::SystemError(vk::make_error_code(r), e.what());
+    }
+  }
+  bool ride_again(std::uint64_t site) {
+    Stream* s = stream();
+    if (!s) return site == 0;
+    try {
+      return s->ride_again(site);
+    } catch (const Error& e) {
+      const vk::Result r = e.vk_result() == vk::Result::eSuccess ? vk::Result::eErrorUnknown : e.vk_result();
+      throw vk::SystemError(vk::make_error_code(r), e.what());
+    }
+  }
+  void ride_forget(std::uint64_t site) noexcept {
+    if (Stream* s = stream()) s->ride_forget(site);
+  }
+
   // For tpar's ready() (the older wiring): what the last submission to this queue signals.
   TimelinePoint ready() const {
     std::lock_guard lock(mutex_);
