@@ -54,8 +54,9 @@
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
 #             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
 #             (labels tpar4-...), DECODE_ROWS picks the tensor rows (some of
-#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,skip; default all but relay-t4
-#             and skip; skip:
+#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,skip; default all
+#             but relay-t4, ride-off and skip; ride-off: TPAR_RELAY_RIDE=0, the relay's
+#             kernels in tpar's own command buffers; skip:
 #             TPAR_GGML_SKIP_ALLREDUCE=1, every AllReduce accepted and not summed, the
 #             token's bound with free boundaries, wrong results), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
@@ -644,6 +645,8 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   [[ $rows == *,relay-t1,* ]] && bench "tpar$k-relay-t1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=1
   [[ $rows == *,relay-t4,* ]] && bench "tpar$k-relay-t4-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=4
   [[ $rows == *,relay-hold1,* ]] && bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
+  # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
+  [[ $rows == *,ride-off,* ]] && bench "tpar$k-ride-off-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=0
   # the token's bound: every AllReduce accepted and not summed (wrong results, timing only)
   [[ $rows == *,skip,* ]] && bench "tpar$k-skip-$1" "$2" "$k" tensor "$3" TPAR_GGML_SKIP_ALLREDUCE=1
   # one GPU again: the first run after a model is made can find the GPU cold
