@@ -884,6 +884,7 @@ class Communicator {
               value = relay_call;
               break;
           }
+          if (value == 0) continue;  // a timeline starts at 0: nothing to wait for (a first call)
           sub.wait_semaphores[k] = semaphore;
           sub.wait_values[k++] = value;
         }
