@@ -493,6 +493,8 @@ TEST_CASE("streams: a held relay call rides in the host's next command buffer, r
       for (std::size_t d = 0; d < n; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
       chain.check();
       const auto r = ar.ride_stats();
+      MESSAGE("n " << n << ", rides recorded " << r.recorded << " (sites " << r.sites << "), again " << r.again << ", refused "
+                   << r.refused << ", fell back " << r.fell_back);
       CHECK(r.recorded == (waits ? n * steps : 0));
       CHECK(r.sites == 0);
       CHECK(r.fell_back == 0);
@@ -544,6 +546,8 @@ TEST_CASE("streams: a held relay call rides in the host's next command buffer, r
       for (std::size_t d = 0; d < n; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
       chain.check();
       const auto r = ar.ride_stats();
+      MESSAGE("n " << n << ", offered " << offered << ", rides recorded " << r.recorded << " (sites " << r.sites << "), again "
+                   << r.again << ", refused " << r.refused << ", fell back " << r.fell_back);
       // a round's first step follows a flush: nothing waits for a ride there
       CHECK(offered == (waits ? n * rounds * (per_round - 1) : 0));
       CHECK(r.sites == (waits ? n * (per_round - 1) : 0));
