@@ -19,6 +19,11 @@
 //   gated       streams, but the host waits for each sum's inputs before submitting it, so
 //               no queue waits on another device: a measurement of what such a wait costs
 //               (several devices on one GPU), not a way to run: the host is in lockstep
+//   ride        streams, and each step's command buffer holds the call before it first
+//               (tpar::Stream::ride: a relay call's kernel, recorded as a site and the
+//               command buffer submitted again every run, as ggml-vulkan's replay does),
+//               so a call ends no command buffer of its own; calls that cannot ride
+//               (OneShot's) go out as with streams
 // Every run starts from zeros and the last one is checked against the host's simulation,
 // exactly, on every device.
 #pragma once
@@ -107,6 +112,7 @@ class ChainDevice {
   ChainDevice(const ChainDevice&) = delete;
   ChainDevice& operator=(const ChainDevice&) = delete;
   ~ChainDevice() {
+    drop_rides();
     stream_.reset();
     const vk::Device d = dev_->handle();
     d.destroyCommandPool(pool_);
@@ -124,38 +130,43 @@ class ChainDevice {
     cbs_.assign(steps, nullptr);
     vk::CommandBufferAllocateInfo ai(pool_, vk::CommandBufferLevel::ePrimary, steps);
     vk_check(d.allocateCommandBuffers(&ai, cbs_.data()), "vkAllocateCommandBuffers");
-    const std::uint32_t groups = std::clamp<std::uint32_t>(std::max<std::uint32_t>(weight_vec4s_ / 4096, static_cast<std::uint32_t>((count + 255) / 256)),
-                                                           1, std::min<std::uint32_t>(dev_->capabilities().max_workgroups_x, 4096));
-    const vk::MemoryBarrier all(vk::AccessFlagBits::eMemoryWrite, vk::AccessFlagBits::eMemoryRead | vk::AccessFlagBits::eMemoryWrite);
+    groups_ = std::clamp<std::uint32_t>(std::max<std::uint32_t>(weight_vec4s_ / 4096, static_cast<std::uint32_t>((count + 255) / 256)),
+                                        1, std::min<std::uint32_t>(dev_->capabilities().max_workgroups_x, 4096));
+    count_ = count;
     for (std::uint32_t k = 0; k < steps; ++k) {
       const vk::CommandBuffer cb = cbs_[k];
       vk::CommandBufferBeginInfo bi;
       vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
-      // Whatever wrote the span before (the last sum) is done; like a ggml node's barrier.
-      cb.pipelineBarrier(vk::PipelineStageFlagBits::eAllCommands, vk::PipelineStageFlagBits::eAllCommands, {}, 1, &all, 0, nullptr, 0,
-                         nullptr);
-      if (k == 0) {
-        cb.fillBuffer(span_->buffer, 0, count * 4, 0u);
-        if (!zeroed_) cb.fillBuffer(weights_->buffer, 0, VK_WHOLE_SIZE, 0u);
-        cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eComputeShader, {}, 1, &all, 0, nullptr, 0,
-                           nullptr);
-      }
-      cb.bindPipeline(vk::PipelineBindPoint::eCompute, pipeline_);
-      cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, layout_, 0, 1, &set_, 0, nullptr);
-      const ChainArgs args{static_cast<std::uint32_t>(count), index_, k, weight_vec4s_};
-      cb.pushConstants(layout_, vk::ShaderStageFlagBits::eCompute, 0, sizeof args, &args);
-      cb.dispatch(groups, 1, 1);
-      // The span's writes, for tpar's batches and the next step (and the host's read-back).
-      cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader, vk::PipelineStageFlagBits::eAllCommands, {}, 1, &all, 0, nullptr, 0,
-                         nullptr);
-      vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb)), "vkEndCommandBuffer");
-      tpar::Trace::instance().label(cb, "chain step");
+      record_step(cb, k);
     }
     zeroed_ = true;
-    count_ = count;
+    drop_rides();
+    ride_cbs_.assign(steps, nullptr);
+    ride_sites_.assign(steps, 0);
   }
 
   vk::CommandBuffer step(std::uint32_t k) const { return cbs_[k]; }
+
+  // Step k's command buffer with the call before it first where the stream offers it
+  // (Wiring::ride): recorded as a site once, submitted again in later runs while the site
+  // can serve the call (the runs before it are done), recorded anew where it cannot.
+  vk::CommandBuffer ride_step(std::uint32_t k) {
+    if (!stream_->ride_pending()) return cbs_[k];
+    if (ride_cbs_[k] && stream_->ride_again(ride_sites_[k])) return ride_cbs_[k];
+    const vk::Device d = dev_->handle();
+    if (ride_cbs_[k]) {
+      stream_->ride_forget(ride_sites_[k]);
+      d.freeCommandBuffers(pool_, 1, &ride_cbs_[k]);  // (its last run is done: each run ends waiting for its last sum)
+    }
+    vk::CommandBufferAllocateInfo ai(pool_, vk::CommandBufferLevel::ePrimary, 1);
+    vk_check(d.allocateCommandBuffers(&ai, &ride_cbs_[k]), "vkAllocateCommandBuffers");
+    const vk::CommandBuffer cb = ride_cbs_[k];
+    vk::CommandBufferBeginInfo bi;
+    vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
+    ride_sites_[k] = stream_->ride(cb, true);
+    record_step(cb, k);
+    return cb;
+  }
   tpar::Stream& stream() { return *stream_; }
   tpar::Device& device() { return *dev_; }
   tpar::BufferSpan span() const { return {span_->buffer, 0, count_, span_->size}; }
@@ -188,6 +199,41 @@ class ChainDevice {
   }
 
  private:
+  // Step k's commands into `cb` (begun), ending it: step 0 zeroes the span first.
+  void record_step(vk::CommandBuffer cb, std::uint32_t k) {
+    const vk::MemoryBarrier all(vk::AccessFlagBits::eMemoryWrite, vk::AccessFlagBits::eMemoryRead | vk::AccessFlagBits::eMemoryWrite);
+    // Whatever wrote the span before (the last sum) is done; like a ggml node's barrier.
+    cb.pipelineBarrier(vk::PipelineStageFlagBits::eAllCommands, vk::PipelineStageFlagBits::eAllCommands, {}, 1, &all, 0, nullptr, 0,
+                       nullptr);
+    if (k == 0) {
+      cb.fillBuffer(span_->buffer, 0, count_ * 4, 0u);
+      if (!zeroed_) cb.fillBuffer(weights_->buffer, 0, VK_WHOLE_SIZE, 0u);
+      cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eComputeShader, {}, 1, &all, 0, nullptr, 0,
+                         nullptr);
+    }
+    cb.bindPipeline(vk::PipelineBindPoint::eCompute, pipeline_);
+    cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, layout_, 0, 1, &set_, 0, nullptr);
+    const ChainArgs args{static_cast<std::uint32_t>(count_), index_, k, weight_vec4s_};
+    cb.pushConstants(layout_, vk::ShaderStageFlagBits::eCompute, 0, sizeof args, &args);
+    cb.dispatch(groups_, 1, 1);
+    // The span's writes, for tpar's batches and the next step (and the host's read-back).
+    cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader, vk::PipelineStageFlagBits::eAllCommands, {}, 1, &all, 0, nullptr, 0,
+                       nullptr);
+    vk_check(vk::Result(VULKAN_HPP_DEFAULT_DISPATCHER.vkEndCommandBuffer(cb)), "vkEndCommandBuffer");
+    tpar::Trace::instance().label(cb, "chain step");
+  }
+
+  // The ride wiring's command buffers (their runs are done) and sites.
+  void drop_rides() {
+    for (std::size_t k = 0; k < ride_cbs_.size(); ++k)
+      if (ride_cbs_[k]) {
+        stream_->ride_forget(ride_sites_[k]);
+        dev_->handle().freeCommandBuffers(pool_, 1, &ride_cbs_[k]);
+      }
+    ride_cbs_.clear();
+    ride_sites_.clear();
+  }
+
   tpar::Device* dev_;
   std::uint32_t index_;
   std::unique_ptr<Buffer> span_, weights_, readback_;
@@ -199,6 +245,9 @@ class ChainDevice {
   vk::DescriptorSet set_;
   vk::CommandPool pool_;
   std::vector<vk::CommandBuffer> cbs_;
+  std::vector<vk::CommandBuffer> ride_cbs_;  // Wiring::ride, by step (null: not recorded)
+  std::vector<std::uint64_t> ride_sites_;
+  std::uint32_t groups_ = 1;
   bool zeroed_ = false;
   std::size_t count_ = 0;
   std::unique_ptr<tpar::Stream> stream_;
@@ -208,7 +257,7 @@ class ChainDevice {
 
 inline const char* wiring_name(Wiring w) {
   return w == Wiring::none ? "none" : w == Wiring::streams ? "streams" : w == Wiring::gated ? "gated"
-                                    : w == Wiring::threads ? "threads" : "semaphores";
+                                    : w == Wiring::threads ? "threads" : w == Wiring::ride ? "ride" : "semaphores";
 }
 
 // A thread per device for --chain-wiring threads, kept across runs: a run wakes them, each
@@ -354,8 +403,8 @@ inline ChainTimes chain_run(std::vector<std::unique_ptr<ChainDevice>>& devs, tpa
   for (std::uint32_t k = 0; wiring != Wiring::threads && k < steps; ++k) {
     for (std::size_t d = 0; d < n; ++d) {
       ChainDevice& c = *devs[d];
-      const vk::CommandBuffer cb = c.step(k);
-      if (wiring == Wiring::streams || wiring == Wiring::gated) {
+      const vk::CommandBuffer cb = wiring == Wiring::ride ? c.ride_step(k) : c.step(k);
+      if (wiring == Wiring::streams || wiring == Wiring::gated || wiring == Wiring::ride) {
         const vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb);
         c.stream().submit({si});
       } else {
@@ -369,7 +418,7 @@ inline ChainTimes chain_run(std::vector<std::unique_ptr<ChainDevice>>& devs, tpa
         ready[d] = {sem, v};
       }
     }
-    if (wiring == Wiring::streams || wiring == Wiring::gated) {
+    if (wiring == Wiring::streams || wiring == Wiring::gated || wiring == Wiring::ride) {
       last = streamed->allreduce(spans);
       if (wiring == Wiring::gated) streamed->submit_when_ready();
     } else if (wiring == Wiring::semaphores) {
@@ -511,7 +560,7 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
           std::fprintf(stderr, "%s: chain %s %s %s\n", program.c_str(), human_bytes(bytes).c_str(),
                        std::string(to_string(algo)).c_str(), wiring_name(w));
         std::unique_ptr<tpar::StreamAllreduce<tpar::AnyCommunicator>> streamed;
-        if (w == Wiring::streams || w == Wiring::gated || w == Wiring::threads) {
+        if (w == Wiring::streams || w == Wiring::gated || w == Wiring::threads || w == Wiring::ride) {
           std::vector<tpar::Stream*> streams;
           for (auto& c : devs) streams.push_back(&c->stream());
           streamed = std::make_unique<tpar::StreamAllreduce<tpar::AnyCommunicator>>(comm, streams);

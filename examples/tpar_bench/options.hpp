@@ -25,7 +25,7 @@ inline constexpr tpar::AlgoChoice algo_choices[] = {tpar::AlgoChoice::oneshot, t
 inline constexpr tpar::Wire wire_choices[] = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
 
 // How --chain wires each step's dispatch to the AllReduce (chain.hpp).
-enum class Wiring { none, streams, semaphores, gated, threads };
+enum class Wiring { none, streams, semaphores, gated, threads, ride };
 
 // Exit status of a run whose results checked wrong (0, 1 and 2 as every program: cli.hpp).
 inline constexpr int exit_wrong_results = 3;
@@ -166,7 +166,10 @@ inline void print_help() {
       "                        call, the calls made on the main thread), all (the three), or\n"
       "                        gated (streams, the host waiting for each sum's inputs before\n"
       "                        submitting it: what a queue's wait on another device costs,\n"
-      "                        not a way to run)\n"
+      "                        not a way to run), ride (streams, each step's command buffer\n"
+      "                        recorded with the relay call before it first, as a site\n"
+      "                        submitted again every run: Stream::ride, what ggml-vulkan does\n"
+      "                        with replay), or streams,ride\n"
       "  --relay-peers K       the relay's floor: one device (the first selected) with K more\n"
       "                        played by the relay's host thread (1 to 31), every call through\n"
       "                        the relay, sizes 4K to 1M by default; the table as above, busbw\n"
@@ -339,7 +342,9 @@ inline Config parse(int argc, char** argv) {
       else if (v == "gated") c.chain_wirings = {Wiring::gated};
       else if (v == "threads") c.chain_wirings = {Wiring::threads};
       else if (v == "all") c.chain_wirings = {Wiring::streams, Wiring::semaphores, Wiring::threads};
-      else tpar_cli::usage_error(program, "--chain-wiring takes streams, semaphores, both, threads, all or gated");
+      else if (v == "ride") c.chain_wirings = {Wiring::ride};
+      else if (v == "streams,ride") c.chain_wirings = {Wiring::streams, Wiring::ride};
+      else tpar_cli::usage_error(program, "--chain-wiring takes streams, semaphores, both, threads, all, gated, ride or streams,ride");
     } else if (a == "--wake") {
       c.wake = true;
     } else if (a == "--submit-cost") {
