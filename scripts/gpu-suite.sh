@@ -48,7 +48,9 @@
 #             and Q4_K_M (tg128, and -d 8192 -n 128), 70B's with 20 layers (tg64) and the
 #             32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
-#             chain out, DECODE_SIZES sets its sizes (default 4K,16K,64K; 4K,16K,32K,48K,64K
+#             chain out, DECODE_CHAIN_ROWS picks its rows (some of oneshot,relay,relay-t1,
+#             relay-t4,relay-hold1,relay-ride; default all but relay-ride: the relay riding
+#             in each step's command buffer, --chain-wiring ride), DECODE_SIZES sets its sizes (default 4K,16K,64K; 4K,16K,32K,48K,64K
 #             finds the relay's crossover with OneShot; DECODE_RELAY_MAX=256K lets the
 #             relay rows take calls up to 256 KiB), DECODE_OPS=1 adds ggml-vulkan's
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
@@ -225,7 +227,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
-    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped" "$out/bench.err" | sed 's/^/# /' >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped|device parts recorded" "$out/bench.err" | sed 's/^/# /' >> "$log"
   else
     tail -15 "$out/bench.err" >> "$log"
     part_fail "llama-bench $label"
@@ -656,17 +658,23 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
 run_decode() {
   say "part decode"
   if [[ ${DECODE_CHAIN:-1} != 0 ]]; then
-    local how
-    for how in "oneshot" "relay" "relay threads1" "relay threads4" "relay hold1"; do
-      local hold=16 threads=2
-      [[ $how == "relay hold1" ]] && { how=relay; hold=1; }
-      [[ $how == "relay threads"* ]] && { threads=${how#relay threads}; how=relay; }
+    local row how chain_rows=,${DECODE_CHAIN_ROWS:-oneshot,relay,relay-t1,relay-t4,relay-hold1},
+    for row in oneshot relay relay-t1 relay-t4 relay-hold1 relay-ride; do
+      [[ $chain_rows == *,$row,* ]] || continue
+      local hold=16 threads=2 wiring=streams how=relay
+      case $row in
+        oneshot) how=oneshot ;;
+        relay-t1) threads=1 ;;
+        relay-t4) threads=4 ;;
+        relay-hold1) hold=1 ;;
+        relay-ride) wiring=ride ;;
+      esac
       [[ $how == relay && -n ${DECODE_RELAY_MAX:-} ]] && how="relay --relay-max $DECODE_RELAY_MAX"
-      echo "## TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads tpar-bench --devices $(visible "${DECODE_N:-2}") --chain 64 --chain-work 58M --chain-wiring streams --algo $how" >> "$log"
+      echo "## TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads tpar-bench --devices $(visible "${DECODE_N:-2}") --chain 64 --chain-work 58M --chain-wiring $wiring --algo $how" >> "$log"
       # shellcheck disable=SC2086
       TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads "$bin/tpar-bench" --devices "$(visible "${DECODE_N:-2}")" --chain 64 --chain-work 58M \
-        --chain-wiring streams --algo $how --sizes "${DECODE_SIZES:-4K,16K,64K}" -n 20 -r "$reps" -q >> "$log" 2>&1 ||
-        part_fail "decode chain $how"
+        --chain-wiring $wiring --algo $how --sizes "${DECODE_SIZES:-4K,16K,64K}" -n 20 -r "$reps" -q >> "$log" 2>&1 ||
+        part_fail "decode chain $row"
     done
   fi
   local which=${DECODE_MODELS:-8b,8b-d8192,8b-q4_k_m,70b20,tiny} m
