@@ -586,3 +586,56 @@ TEST_CASE("streams: a held relay call rides in the host's next command buffer, r
     }
   }
 }
+
+TEST_CASE("streams: a call waiting for a ride goes out at any flush or submission, even with nothing else held") {
+  // Stream::hold_ride as StreamAllreduce calls it (here a batch with no command buffer that
+  // signals a timeline); whatever submits next without taking the ride sends it as it is.
+  VkEnv env(1, {.sync_validation = false});
+  if (!env.ok()) return;
+  Device& dev = env.group()[0];
+  Queue& q = dev.compute_queue();
+  const auto reached = [&](const TestTimeline& t, std::uint64_t v) {
+    return detail::wait_all(dev.handle(), std::span(&t.semaphore, 1), std::span(&v, 1), test_timeout) == vk::Result::eSuccess;
+  };
+  auto held_call = [](const TestTimeline& t, std::uint64_t v) {
+    detail::BatchList calls;
+    vk::TimelineSemaphoreSubmitInfo ti(0, nullptr, 1, &v);
+    vk::SubmitInfo si(0, nullptr, nullptr, 0, nullptr, 1, &t.semaphore, &ti);
+    calls.append(std::span(&si, 1));
+    return calls;
+  };
+  for (int how = 0; how < 3; ++how) {
+    CAPTURE(how);
+    Stream s(dev.handle(), q.handle(), q.family(), q.shared_lock());
+    s.set_holding(true);
+    TestTimeline t(dev.handle());
+    auto calls = held_call(t, 1);
+    s.hold_ride(calls);  // nothing else held
+    CHECK(s.ride_pending());
+    CHECK(s.held() == 1);
+    if (how == 0) s.flush();
+    if (how == 1) CHECK(s.flush_held());
+    if (how == 2) s.submit(std::span<const vk::SubmitInfo>{});  // the host's next work, no ride taken
+    if (how == 2) s.flush();
+    CHECK_FALSE(s.ride_pending());
+    CHECK(s.ride_stats().fell_back == 1);
+    CHECK(reached(t, 1));
+  }
+  // A ride taken by a host command buffer must be submitted before the next call is held.
+  Stream s(dev.handle(), q.handle(), q.family(), q.shared_lock());
+  s.set_holding(true);
+  TestTimeline t(dev.handle());
+  s.set_rider({[](vk::CommandBuffer, bool) { return std::optional<std::uint64_t>(0); }, {}, {}});
+  auto first = held_call(t, 1), second = held_call(t, 2);
+  s.hold_ride(first);
+  CHECK(s.ride(vk::CommandBuffer{}, false) == 0);  // taken (this rider records nothing)
+  CHECK_FALSE(s.ride_pending());
+  CHECK_THROWS_AS(s.hold_ride(second), Error);
+  s.submit(std::span<const vk::SubmitInfo>{});  // the host's work that took it: its signals end it
+  s.hold_ride(second);
+  s.flush();
+  CHECK(s.ride_stats().recorded == 1);
+  CHECK(s.ride_stats().fell_back == 1);
+  CHECK(reached(t, 2));
+  s.set_rider({});
+}

@@ -278,6 +278,11 @@ class Stream {
   // stream's hold timeline (flushes_done() sees it done). False where it failed.
   bool flush_held() noexcept {
     std::lock_guard lock(mutex_);
+    try {
+      ride_falls_back();  // a call no host took goes now, even where nothing else is held
+    } catch (...) {
+      return false;
+    }
     if (carried_.empty() && held_.empty()) return true;
     try {
       await_carried();
@@ -397,6 +402,7 @@ class Stream {
   }
 
   void flush_locked(vk::Fence fence) {
+    ride_falls_back();
     if (carried_.empty() && held_.empty() && !fence) return;
     await_carried();
     collect();
