@@ -191,7 +191,12 @@ class GgmlComm {
       align_.push_back(std::max<vk::DeviceSize>(caps.min_storage_offset_alignment, sizeof(float)));
       max_range_.push_back(caps.max_storage_buffer_range);
     }
-    comm_.emplace(make_communicator(group_, detail::options_of<Traits>()));
+    Options options = detail::options_of<Traits>();
+    // With a thread per device (TPAR_GGML_THREADS=1) each device's thread records its
+    // subgraphs while the meta backend's thread makes the next calls: a ride would have
+    // the devices' threads record into the communicator beside it. No call rides then.
+    if (deferred_wanted()) options.relay_ride = false;
+    comm_.emplace(make_communicator(group_, options));
     std::vector<Stream*> streams;
     for (auto b : backends_) streams.push_back(detail::stream_of<Traits>(b));
     if (std::all_of(streams.begin(), streams.end(), [](Stream* s) { return s != nullptr; }))
