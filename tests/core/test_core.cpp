@@ -81,6 +81,19 @@ TEST_CASE("environment overrides are parsed and unknown values rejected with the
     refused("1 to 16");
   }
   ::unsetenv("TPAR_RELAY_THREADS");
+  CHECK(Options{}.with_environment().relay_ride);
+  ::setenv("TPAR_RELAY_RIDE", "0", 1);
+  CHECK_FALSE(Options{}.with_environment().relay_ride);
+  ::setenv("TPAR_RELAY_RIDE", "1", 1);
+  CHECK(Options{}.with_environment().relay_ride);
+  for (const char* bad : {"2", "on", "off", "00", " 1", "yes"}) {
+    CAPTURE(bad);
+    ::setenv("TPAR_RELAY_RIDE", bad, 1);
+    refused("0 or 1");
+  }
+  ::setenv("TPAR_RELAY_RIDE", "", 1);  // empty: unset
+  CHECK(Options{}.with_environment().relay_ride);
+  ::unsetenv("TPAR_RELAY_RIDE");
   CHECK(Options{}.with_environment().relay_max_bytes == 65536);
   for (auto [given, bytes] : {std::pair{"256K", 262144}, std::pair{"1M", 1048576}, std::pair{"4", 4}, std::pair{"64M", 67108864},
                               std::pair{"4096", 4096}, std::pair{"32k", 32768}}) {
