@@ -42,6 +42,8 @@ MIXED_BOUND = "server-mixed-h200x2-82400b1.txt"
 MIXED_AGAIN = "server-mixed-h200x2-f61e8f8.txt"
 STEADY = "replay-steady-h200x2-5548578.txt"
 BOUND = "decode-bound-h200x2-fb2bc17.txt"
+RIDE = ("decode-ride-h200x2-941446e.txt", "decode-ride-h200x2-67f26f4.txt", "decode-ride-chain-h200x2-402ecba.txt")
+RIDE_CHAIN = "decode-ride-chain-h200x2-402ecba.txt"
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
 import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
@@ -165,6 +167,9 @@ def render():
     blocks.update(render_move())
     blocks.update(render_decode())
     blocks.update(render_bound())
+    blocks.update(render_ride())
+    blocks.update(render_ride_chain())
+    blocks.update(render_ride_targets())
     blocks.update(render_mixed())
     return blocks
 
@@ -248,15 +253,16 @@ def render_mixed():
 
 def decode_chains(text):
     """{(how, bytes): (boundary us, cpu us, submits a step, step us)} from part decode's tpar-bench sections (how:
-    oneshot, relay, relay-scalar, each with -hold1 where TPAR_STREAM_HOLD=1 and -tN where TPAR_RELAY_THREADS=N is
-    not the default 2)."""
+    oneshot, relay, relay-scalar, each with -hold1 where TPAR_STREAM_HOLD=1, -tN where TPAR_RELAY_THREADS=N is
+    not the default 2, and -ride for --chain-wiring ride)."""
     out, how = {}, None
     for line in text.splitlines():
         m = re.match(r"## (?:TPAR_STREAM_HOLD=(\d+) )?(?:TPAR_RELAY_THREADS=(\d+) )?tpar-bench --devices \S+ --chain 64 "
-                     r"--chain-work 58M --chain-wiring streams --algo (\w+)( --relay-sum scalar)?", line)
+                     r"--chain-work 58M --chain-wiring (streams|ride) --algo (\w+)( --relay-sum scalar)?", line)
         if m:
-            how = (m.group(3) + ("-scalar" if m.group(4) else "") + ("-hold1" if m.group(1) == "1" else "")
-                   + (f"-t{m.group(2)}" if m.group(3) == "relay" and m.group(2) not in (None, "2") else ""))
+            how = (m.group(4) + ("-scalar" if m.group(5) else "") + ("-hold1" if m.group(1) == "1" else "")
+                   + (f"-t{m.group(2)}" if m.group(4) == "relay" and m.group(2) not in (None, "2") else "")
+                   + ("-ride" if m.group(3) == "ride" else ""))
             continue
         if line.startswith("##"):
             how = None
@@ -459,6 +465,114 @@ def render_bound():
                    "held relay calls. A boundary's cost is the token's time with the relay less its time with free "
                    "boundaries, over the AllReduces a token (counted from the run's own summary lines).")
     return {"decode-bound": head + "\n\n" + probe + "\n\n" + models_head + "\n\n" + "\n".join(lines)}
+
+
+def render_ride():
+    """The relay's kernel riding in ggml-vulkan's command buffers (the default) against its own
+    command buffers (TPAR_RELAY_RIDE=0) and free boundaries, one table row per model and run."""
+    models = (("8b", "tg128", 128, "8B q8_0"), ("8b-q4_k_m", "tg128", 128, "8B Q4_K_M"),
+              ("70b20", "tg64", 64, "70B shapes, 20 layers"), ("tiny32", "tg64", 64, "32 layers, 256 wide"))
+    lines = ["| t/s | run | one GPU, first / last | tpar, the relay riding (default) | the relay in its own command buffers "
+             "(`TPAR_RELAY_RIDE=0`) | free boundaries | riding against one GPU | own command buffers against one GPU "
+             "| a boundary's cost, riding / own (us) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    heads = []
+    for i, log in enumerate(RIDE):
+        text = decode_report.read(log)
+        st = decode_report.stamp(text)
+        b = decode_report.benches(text)
+        run = chr(ord("A") + i)
+        heads.append(f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
+                     f"[perf/raw/{log}](perf/raw/{log})")
+        for tag, test, n, name in models:
+            if f"tpar2-auto-{tag}" not in b:
+                continue
+            one, one2 = b[f"none-{tag}"][test][0], b[f"none2-{tag}"][test][0]
+            ride, own, free = (b[f"tpar2-{row}-{tag}"][test][0] for row in ("auto", "ride-off", "skip"))
+            calls = calls_per_token(text, f"tpar2-auto-{tag}", n, 3)
+            best = max(one, one2)
+            cost = [(1e6 / v - 1e6 / free) / calls for v in (ride, own)]
+            lines.append(f"| {name} | {run} | {one:.1f} / {one2:.1f} | {ride:.1f} | {own:.1f} | {free:.1f} | "
+                         f"**{ride / best:.2f}x** | {own / best:.2f}x | {cost[0]:.1f} / {cost[1]:.1f} |")
+    head = ("; ".join(heads) + ". `DECODE_ROWS=auto,ride-off,skip scripts/gpu-suite.sh env decode` (A: `DECODE_CHAIN=0 "
+            "DECODE_MODELS=8b,8b-q4_k_m,70b20,tiny`; B: `DECODE_MODELS=8b,8b-q4_k_m`; C: the chain's run below), llama-bench "
+            "`-fa 1 -r 3`, each model's rows back to back, one GPU first and last. A boundary's cost is the token's time less "
+            "its time with free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`, wrong results, timing only), over the AllReduces "
+            "a token.")
+    return {"decode-ride": head + "\n\n" + "\n".join(lines)}
+
+
+def chain_no_ar(text):
+    """{bytes: [no-AR step us, one a tpar-bench invocation]} from part decode's chain sections."""
+    out = {}
+    for m in re.finditer(r"^\s+(\d+)\s+-\s+no AR\s+([\d.]+)", text, re.M):
+        out.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+    return out
+
+
+def render_ride_chain():
+    """The chain (tpar-bench --chain 64 --chain-work 58M) with the relay in its own command buffers and riding in
+    each step's, beside OneShot and NCCL's chain from a CUDA graph, one run."""
+    text = decode_report.read(RIDE_CHAIN)
+    st = decode_report.stamp(text)
+    ch = decode_chains(text)
+    nc = nccl_chains(text)
+    base = {n: min(v) for n, v in chain_no_ar(text).items()}
+    sizes = sorted({n for how, n in ch if how == "relay-ride"})
+    rows = []
+    for how, name in (("oneshot", "OneShot"), ("relay", "the relay, its own command buffers"),
+                      ("relay-ride", "the relay riding in each step's command buffer (`--chain-wiring ride`)")):
+        rows.append(f"| {name} | " + " | ".join(f"{ch[(how, n)][3]:.1f} ({ch[(how, n)][3] - base[n]:.1f})" for n in sizes) + " |")
+    nccl_sizes = [n for n in sizes if (True, "graph", n) in nc]
+    for work, wname in ((False, "no weights"), (True, "58 MiB of weights a step")):
+        rows.append(f"| NCCL P2P off from a CUDA graph, {wname}: boundary | "
+                    + " | ".join(f"{nc[(work, 'graph', n)]:.1f}" if n in nccl_sizes else "not run" for n in sizes) + " |")
+    head = (f"{st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, one run, tree {st['tree']}; raw: "
+            f"[perf/raw/{RIDE_CHAIN}](perf/raw/{RIDE_CHAIN}). `NCCL_CHAIN_ONLY=1 DECODE_CHAIN_ROWS=oneshot,relay,relay-ride "
+            f"DECODE_SIZES={','.join(f'{n >> 10}K' for n in sizes)} DECODE_MODELS=8b DECODE_ROWS=auto,ride-off,skip "
+            f"scripts/gpu-suite.sh env decode nccl`: `tpar-bench --chain 64 --chain-work 58M -n 20 -r 3`, one invocation a "
+            f"row, each with its own steps without the AllReduce; a step's time in us, and in brackets the boundary: the step "
+            f"less the lowest of the invocations' steps without the AllReduce at that size (one invocation's own ran "
+            f"{max(max(v) for v in chain_no_ar(text).values()) - min(base.values()):.0f} us long, its host slow: its enqueue "
+            f"times show it). NCCL's rows are its boundary as its anchor measures it.")
+    table = "\n".join(["| step (boundary), us | " + " | ".join(kib(n) for n in sizes) + " |",
+                       "|---|" + "---|" * len(sizes), *rows])
+    return {"decode-ride-chain": head + "\n\n" + table}
+
+
+def render_ride_targets():
+    """Issue targets against the ride's runs: the chain's 16 KiB boundary, and decode against one GPU per model."""
+    text = decode_report.read(RIDE_CHAIN)
+    ch = decode_chains(text)
+    nc = nccl_chains(text)
+    base = min(chain_no_ar(text)[16384])
+    ride = ch[("relay-ride", 16384)][3] - base
+    with_w, without = nc[(True, "graph", 16384)], nc[(False, "graph", 16384)]
+
+    def verdict(ok):
+        return "**met**" if ok else "**missed**"
+    ratios = {}
+    for i, log in enumerate(RIDE):
+        b = decode_report.benches(decode_report.read(log))
+        for tag, test in (("8b", "tg128"), ("8b-q4_k_m", "tg128"), ("70b20", "tg64"), ("tiny32", "tg64")):
+            if f"tpar2-auto-{tag}" in b:
+                best = max(b[f"none-{tag}"][test][0], b[f"none2-{tag}"][test][0])
+                ratios.setdefault(tag, []).append((chr(ord("A") + i), b[f"tpar2-auto-{tag}"][test][0] / best))
+
+    def cells(tag):
+        return ", ".join(f"{r:.2f}x ({run})" for run, r in ratios[tag])
+    lines = [
+        f"- Chain boundary at 16 KiB with 58 MiB of weights ≤ 15 us: {ride:.1f} us riding: {verdict(ride <= 15)}; at or below "
+        f"NCCL's graph in the same run: {with_w:.1f} us with the weights ({verdict(ride <= with_w)}), {without:.1f} without "
+        f"({verdict(ride <= without)}).",
+        f"- 8B tg128 ≥ 1.05x one GPU: {cells('8b')}: {verdict(min(r for _, r in ratios['8b']) >= 1.05)}. Q4_K_M the same: "
+        f"{cells('8b-q4_k_m')}: {verdict(min(r for _, r in ratios['8b-q4_k_m']) >= 1.05)}.",
+        f"- 70B shapes (20 layers) ≥ 1.50x: {cells('70b20')}: {verdict(min(r for _, r in ratios['70b20']) >= 1.5)}.",
+        f"- The 32-layer, 256-wide model ≥ 0.75x: {cells('tiny32')}: {verdict(min(r for _, r in ratios['tiny32']) >= 0.75)}.",
+        "- 8B at `-d 8192` ≥ 1.0x and pp512 not below 1.6x: not run with the ride (its calls are the relay's, 64 KiB and "
+        "less; prefill's are not).",
+    ]
+    return {"decode-ride-targets": "\n".join(lines)}
 
 
 def render_move():
