@@ -62,7 +62,8 @@
 #             TPAR_GGML_SKIP_ALLREDUCE=1, every AllReduce accepted and not summed, the
 #             token's bound with free boundaries, wrong results), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
-#             (traces-decode.tar.xz)
+#             (DECODE_TRACE_ROWS picks them: some of oneshot, relay, ride-off, the relay in
+#             its own command buffers; default "oneshot relay"; traces-decode.tar.xz)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
 #             before, after and with the threads, on 2 and all GPUs
@@ -700,9 +701,11 @@ run_decode() {
     fi
     if [[ ${DECODE_TRACE:-0} == 1 ]]; then
       local a
-      for a in oneshot relay; do
-        trace_one "host-tpar2-$a-8b" "$m" 2 tensor 0 TPAR_ALGO=$a
-        trace_one "gpu-tpar2-$a-8b" "$m" 2 tensor 1 TPAR_ALGO=$a
+      for a in ${DECODE_TRACE_ROWS:-oneshot relay}; do
+        local trace_env=(TPAR_ALGO="$a")
+        [[ $a == ride-off ]] && trace_env=(TPAR_ALGO=relay TPAR_RELAY_RIDE=0)
+        trace_one "host-tpar2-$a-8b" "$m" 2 tensor 0 "${trace_env[@]}"
+        trace_one "gpu-tpar2-$a-8b" "$m" 2 tensor 1 "${trace_env[@]}"
       done
       (cd "$out" && tar -cJf traces-decode.tar.xz trace-*.json && rm -f trace-*.json)
     fi
