@@ -42,7 +42,8 @@ MIXED_BOUND = "server-mixed-h200x2-82400b1.txt"
 MIXED_AGAIN = "server-mixed-h200x2-f61e8f8.txt"
 STEADY = "replay-steady-h200x2-5548578.txt"
 BOUND = "decode-bound-h200x2-fb2bc17.txt"
-RIDE = ("decode-ride-h200x2-941446e.txt", "decode-ride-h200x2-67f26f4.txt", "decode-ride-chain-h200x2-402ecba.txt")
+RIDE = ("decode-ride-h200x2-941446e.txt", "decode-ride-h200x2-67f26f4.txt", "decode-ride-chain-h200x2-402ecba.txt",
+        "decode-ride-trace-h200x2-7d7dba0.txt")
 RIDE_CHAIN = "decode-ride-chain-h200x2-402ecba.txt"
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
@@ -488,14 +489,21 @@ def render_ride():
             if f"tpar2-auto-{tag}" not in b:
                 continue
             one, one2 = b[f"none-{tag}"][test][0], b[f"none2-{tag}"][test][0]
-            ride, own, free = (b[f"tpar2-{row}-{tag}"][test][0] for row in ("auto", "ride-off", "skip"))
-            calls = calls_per_token(text, f"tpar2-auto-{tag}", n, 3)
+            ride, own = (b[f"tpar2-{row}-{tag}"][test][0] for row in ("auto", "ride-off"))
             best = max(one, one2)
-            cost = [(1e6 / v - 1e6 / free) / calls for v in (ride, own)]
-            lines.append(f"| {name} | {run} | {one:.1f} / {one2:.1f} | {ride:.1f} | {own:.1f} | {free:.1f} | "
-                         f"**{ride / best:.2f}x** | {own / best:.2f}x | {cost[0]:.1f} / {cost[1]:.1f} |")
+            if f"tpar2-skip-{tag}" in b:
+                free = b[f"tpar2-skip-{tag}"][test][0]
+                calls = calls_per_token(text, f"tpar2-auto-{tag}", n, 3)
+                cost = [(1e6 / v - 1e6 / free) / calls for v in (ride, own)]
+                free_cell, cost_cell = f"{free:.1f}", f"{cost[0]:.1f} / {cost[1]:.1f}"
+            else:
+                free_cell, cost_cell = "not run", "not run"
+            lines.append(f"| {name} | {run} | {one:.1f} / {one2:.1f} | {ride:.1f} | {own:.1f} | {free_cell} | "
+                         f"**{ride / best:.2f}x** | {own / best:.2f}x | {cost_cell} |")
     head = ("; ".join(heads) + ". `DECODE_ROWS=auto,ride-off,skip scripts/gpu-suite.sh env decode` (A: `DECODE_CHAIN=0 "
-            "DECODE_MODELS=8b,8b-q4_k_m,70b20,tiny`; B: `DECODE_MODELS=8b,8b-q4_k_m`; C: the chain's run below), llama-bench "
+            "DECODE_MODELS=8b,8b-q4_k_m,70b20,tiny`; B: `DECODE_MODELS=8b,8b-q4_k_m`; C: the chain's run below; D: "
+            "`DECODE_CHAIN=0 DECODE_MODELS=8b DECODE_ROWS=auto,ride-off DECODE_TRACE=1 DECODE_TRACE_ROWS=\"relay ride-off\"`, "
+            "with the traces of its design note), llama-bench "
             "`-fa 1 -r 3`, each model's rows back to back, one GPU first and last. A boundary's cost is the token's time less "
             "its time with free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`, wrong results, timing only), over the AllReduces "
             "a token.")
