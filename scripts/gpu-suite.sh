@@ -84,7 +84,8 @@
 #             (replay recording a subgraph when seen twice, the default), tpar recording
 #             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
 #             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,tpar-oneshot,
-#             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-skip (the
+#             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
+#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-skip (the
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
 #             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
@@ -493,6 +494,8 @@ run_server_mixed() {
       tpar) serve_load mixed-tpar tensor 2 4 16384 "$load" ;;
       tpar-oneshot) serve_load mixed-tpar-oneshot tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
       tpar-relay256) serve_load mixed-tpar-relay256 tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
+      # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
+      tpar-ride-off) serve_load mixed-tpar-ride-off tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
       # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
       tpar-skip) serve_load mixed-tpar-skip tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
       # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
@@ -522,7 +525,7 @@ run_server_mixed() {
         else
           part_fail "no trace of the mixed steps ($tl)"
         fi ;;
-      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
+      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
     esac
   done
   if compgen -G "$out/trace-mixed-*.json" > /dev/null; then
