@@ -452,7 +452,7 @@ serve_load() {
     kill -0 $pid 2>/dev/null || echo "# llama-server $label exited: $(tail -3 "$out/server-$label.err" | tr '\n' ' ')" >> "$log"
   fi
   kill -INT $pid 2>/dev/null; wait $pid 2>/dev/null
-  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
+  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
 }
 
 run_server() {
