@@ -45,6 +45,7 @@ BOUND = "decode-bound-h200x2-fb2bc17.txt"
 RIDE = ("decode-ride-h200x2-941446e.txt", "decode-ride-h200x2-67f26f4.txt", "decode-ride-chain-h200x2-402ecba.txt",
         "decode-ride-trace-h200x2-7d7dba0.txt")
 RIDE_CHAIN = "decode-ride-chain-h200x2-402ecba.txt"
+MIXED_RIDE = ("server-mixed-ride-h200x2-7d7dba0.txt", "server-mixed-ride-again-h200x2-7d7dba0.txt")
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
 import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
@@ -171,6 +172,7 @@ def render():
     blocks.update(render_ride())
     blocks.update(render_ride_chain())
     blocks.update(render_ride_targets())
+    blocks.update(render_mixed_ride())
     blocks.update(render_mixed())
     return blocks
 
@@ -581,6 +583,25 @@ def render_ride_targets():
         "less; prefill's are not).",
     ]
     return {"decode-ride-targets": "\n".join(lines)}
+
+
+def render_mixed_ride():
+    """The mixed traffic with the relay riding (the default) and in its own command buffers, two runs."""
+    names = {"mixed-none": "one GPU (`-sm none`)", "mixed-tpar": "tpar, the relay riding (default)",
+             "mixed-tpar-ride-off": "tpar, the relay in its own command buffers (`TPAR_RELAY_RIDE=0`)"}
+    rows, heads = [], []
+    for i, log in enumerate(MIXED_RIDE):
+        text = decode_report.read(log)
+        st = decode_report.stamp(text)
+        run = chr(ord("E") + i)
+        heads.append(f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
+                     f"[perf/raw/{log}](perf/raw/{log})")
+        for label, seed, (answered, asked, tokens, secs, tps) in mixed_runs(text):
+            rows.append(f"| {run} | {names[label]} | {answered} of {asked} | {tokens} | {secs:.2f} |")
+    head = ("; ".join(heads) + ". `MIXED_MODES=none,tpar,tpar-ride-off` (E), then `tpar-ride-off,tpar` (F) on the same "
+            "machine, `scripts/gpu-suite.sh env server-mixed`: the traffic of the table above, in the order run.")
+    table = "\n".join(["| run | mode | requests answered | tokens | seconds for the 16 rounds |", "|---|---|---|---|---|", *rows])
+    return {"server-mixed-ride": head + "\n\n" + table}
 
 
 def render_move():
