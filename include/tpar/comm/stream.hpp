@@ -207,9 +207,7 @@ class Stream {
   // nothing new, where the host took an earlier call's ride and did not submit it yet.
   void hold_ride(detail::BatchList& calls) {
     std::lock_guard lock(mutex_);
-    if (ride_ == RideState::taken)
-      throw Error(ErrorCode::invalid_argument, "tpar::Stream: a command buffer that took an AllReduce's ride was not submitted "
-                                               "before the next AllReduce");
+    refuse_taken_ride();
     collect();
     std::swap(held_, out_);
     out_.clear();
@@ -264,9 +262,7 @@ class Stream {
   // device together (flush_held(), or the group's hook before any flush).
   void hold_with(detail::BatchList& calls) {
     std::lock_guard lock(mutex_);
-    if (ride_ == RideState::taken)
-      throw Error(ErrorCode::invalid_argument, "tpar::Stream: a command buffer that took an AllReduce's ride was not submitted "
-                                               "before the next AllReduce");
+    refuse_taken_ride();
     collect();
     out_.append(calls.infos(false));
     carried_call_ = 0;
@@ -390,6 +386,14 @@ class Stream {
     out_.append(held_);
     carried_.clear();
     held_.clear();
+  }
+
+  // Before another call is held: a ride the host took must have been submitted (the
+  // relay serves calls in order; the next call's kernel must not go ahead of it).
+  void refuse_taken_ride() const {
+    if (ride_ == RideState::taken)
+      throw Error(ErrorCode::invalid_argument, "tpar::Stream: a command buffer that took an AllReduce's ride was not submitted "
+                                               "before the next AllReduce");
   }
 
   // A call that waited for a ride no host took goes out as it is, after the held work.
@@ -532,12 +536,7 @@ class StreamAllreduce {
           // (Stream::ride), where it goes out in any case; the calls held before go out
           // now if due, as this one cannot go with them.
           release_if_due(held_calls_);
-          {
-            std::lock_guard lock(hold_mutex_);
-            for (std::size_t d = 0; d < n; ++d) streams_[d]->hold_ride(batches_[d]);
-            ++held_total_;
-            ++held_calls_;
-          }
+          hold_on_every_stream(&batches_, true);
           comm_.handed(batches_, reached_, true);
           return ticket;
         }
@@ -767,11 +766,15 @@ class StreamAllreduce {
   }
 
   // A call's batches (`per_device`, or none: skip_call) held with the host's work on every
-  // stream; the held calls so far.
-  std::uint32_t hold_on_every_stream(std::vector<detail::BatchList>* per_device) {
+  // stream (`ride`: waiting for a ride, Stream::hold_ride); the held calls so far.
+  std::uint32_t hold_on_every_stream(std::vector<detail::BatchList>* per_device, bool ride = false) {
     std::lock_guard lock(hold_mutex_);
     detail::BatchList nothing;
-    for (std::size_t d = 0; d < streams_.size(); ++d) streams_[d]->hold_with(per_device ? (*per_device)[d] : nothing);
+    for (std::size_t d = 0; d < streams_.size(); ++d) {
+      detail::BatchList& calls = per_device ? (*per_device)[d] : nothing;
+      if (ride) streams_[d]->hold_ride(calls);
+      else streams_[d]->hold_with(calls);
+    }
     if (per_device) ++held_total_;
     return ++held_calls_;
   }

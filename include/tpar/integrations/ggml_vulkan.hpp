@@ -150,8 +150,7 @@ class QueueLink {
       ++signalled_;
       pending_ = {};
     } catch (const Error& e) {
-      const vk::Result r = e.vk_result() == vk::Result::eSuccess ? vk::Result::eErrorUnknown : e.vk_result();
-      throw vk::SystemError(vk::make_error_code(r), e.what());
+      rethrow_for_ggml(e);
     }
   }
 
@@ -186,8 +185,7 @@ class QueueLink {
     try {
       return s->ride(cb, keep);
     } catch (const Error& e) {
-      const vk::Result r = e.vk_result() == vk::Result::eSuccess ? vk::Result::eErrorUnknown : e.vk_result();
-      throw vk::SystemError(vk::make_error_code(r), e.what());
+      rethrow_for_ggml(e);
     }
   }
   bool ride_again(std::uint64_t site) {
@@ -196,8 +194,7 @@ class QueueLink {
     try {
       return s->ride_again(site);
     } catch (const Error& e) {
-      const vk::Result r = e.vk_result() == vk::Result::eSuccess ? vk::Result::eErrorUnknown : e.vk_result();
-      throw vk::SystemError(vk::make_error_code(r), e.what());
+      rethrow_for_ggml(e);
     }
   }
   void ride_forget(std::uint64_t site) noexcept {
@@ -253,6 +250,11 @@ class QueueLink {
   }
 
  private:
+  // tpar's error as ggml-vulkan's own kind (vk::SystemError), with tpar's message.
+  [[noreturn]] static void rethrow_for_ggml(const Error& e) {
+    const vk::Result r = e.vk_result() == vk::Result::eSuccess ? vk::Result::eErrorUnknown : e.vk_result();
+    throw vk::SystemError(vk::make_error_code(r), e.what());
+  }
   static QueueLink*& leader() {
     static QueueLink* l = nullptr;
     return l;
