@@ -510,12 +510,7 @@ class Communicator {
     if (ride_sites_.empty()) ride_sites_.resize(size());
     if (!ride_sites_[d])
       ride_sites_[d] = std::make_unique<detail::RideSites>(group_[d], *relay_, d, [this, d](std::uint64_t value) {
-        auto& c = ctx_[d];
-        if (c.completed[0] >= value) return true;
-        std::uint64_t now = 0;
-        if (c.device->handle().getSemaphoreCounterValue(c.compute.handle(), &now) == vk::Result::eSuccess)
-          c.completed[0] = std::max(c.completed[0], now);
-        return c.completed[0] >= value;
+        return reached_now(d, Role::compute, value);
       });
     return *ride_sites_[d];
   }
@@ -777,13 +772,7 @@ class Communicator {
     // What the GPUs reached since the cache was last brought up to date (usually all of
     // it: the call that last used the set is long done), without waking anyone.
     for (std::size_t d = 0; d < n; ++d)
-      for (std::size_t r = 0; r < role_count; ++r) {
-        auto& c = ctx_[d];
-        if (c.completed[r] >= need[r * n + d]) continue;
-        std::uint64_t now = 0;
-        if (c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &now) == vk::Result::eSuccess)
-          c.completed[r] = std::max(c.completed[r], now);
-      }
+      for (std::size_t r = 0; r < role_count; ++r) (void)reached_now(d, static_cast<Role>(r), need[r * n + d]);
     if (reached()) return;
     const std::uint32_t depth = generation_->depth();
     const std::uint32_t ahead = std::max<std::uint32_t>(1, depth / 2) - 1;
@@ -792,6 +781,18 @@ class Communicator {
     // The set itself: reached already where sets went round in order, not always across
     // a change of generation (a set's index may have been used later than the one ahead).
     wait_values(slot_done_[parity], "the call that last used this staging slot set");
+  }
+
+  // Whether device d's timeline of role r reached `value`, asking the driver (without
+  // waiting) only where the cache of what it reached says not yet.
+  bool reached_now(std::size_t d, Role r, std::uint64_t value) {
+    auto& c = ctx_[d];
+    std::uint64_t& done = c.completed[static_cast<int>(r)];
+    if (done >= value) return true;
+    std::uint64_t now = 0;
+    if (c.device->handle().getSemaphoreCounterValue(c.timeline(r).handle(), &now) == vk::Result::eSuccess)
+      done = std::max(done, now);
+    return done >= value;
   }
 
   void wait_values(const std::vector<std::uint64_t>& need, const std::string& what) {

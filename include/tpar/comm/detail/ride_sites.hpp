@@ -113,8 +113,6 @@ class RideSites {
     site.offset = call.span.offset;
     site.count = call.span.count;
     site.mode = call.args.mode;
-    site.pipeline = call.pipeline;
-    site.groups = call.groups;
     point(site, s, call);
     return site.id;
   }
@@ -124,8 +122,9 @@ class RideSites {
   // mode, or the call it served last is not done yet.
   bool bind(std::uint64_t id, const RideCall& call) {
     Site* site = find(id);
+    // (the pipeline and the dispatch's size follow from the device and the count)
     if (!site || site->buffer != call.span.buffer || site->offset != call.span.offset || site->count != call.span.count ||
-        site->mode != call.args.mode || site->pipeline != call.pipeline || site->groups != call.groups)
+        site->mode != call.args.mode)
       return false;
     if (site->done && !reached_(site->done)) return false;
     point(*site, static_cast<std::uint32_t>(id & 0xFFFF), call);
@@ -147,8 +146,7 @@ class RideSites {
     vk::Buffer buffer;
     vk::DeviceSize offset = 0;
     std::size_t count = 0;
-    std::uint32_t mode = 0, groups = 0;
-    vk::Pipeline pipeline;
+    std::uint32_t mode = 0;
     std::uint64_t done = 0;  // the compute timeline value once its last call is done
   };
 
