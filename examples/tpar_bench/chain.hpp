@@ -565,7 +565,9 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
           for (auto& c : devs) streams.push_back(&c->stream());
           streamed = std::make_unique<tpar::StreamAllreduce<tpar::AnyCommunicator>>(comm, streams);
         }
+        const tpar::RelayStats relay0 = comm.relay_stats();
         const auto t = time_rows(&comm, streamed.get(), w);
+        tpar::RelayStats relay = comm.relay_stats();
         streamed.reset();
         const std::size_t wrong = check(true);
         all_ok &= wrong == 0;
@@ -576,6 +578,11 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
           std::printf("  %9zu %8s %11s %9.1f %11.1f %12.1f %11.1f %8.1f %8.2f %8.2f %7zu\n", bytes, row.algo.c_str(),
                       row.wiring.c_str(), row.step_us, row.none_us, row.boundary_us, row.enqueue_us, row.cpu_us, row.submits,
                       row.waits, row.wrong);
+        // the relay's view of those calls (warm-up included): how far apart the devices came
+        relay.timed_arrivals -= relay0.timed_arrivals;
+        relay.spread -= relay0.spread;
+        for (std::size_t d = 0; d < relay.last.size() && d < relay0.last.size(); ++d) relay.last[d] -= relay0.last[d];
+        if (text && relay.timed_arrivals) std::printf("#   %s: %s\n", row.algo.c_str(), tpar::relay_arrivals(relay).c_str());
       }
     }
     if (text)

@@ -993,6 +993,38 @@ TEST_CASE("relay: an idle communicator costs no CPU after relay calls") {
   CHECK(s.serving.count() > 0);
 }
 
+TEST_CASE("relay: the thread sees how far apart the devices' values came, and which came last") {
+  // Each device's part starts at its ready point: device 0's opens at once, device 1's
+  // 30 ms later, so the thread waits for both, sees device 0's values first and device
+  // 1's at least 30 ms after; then calls with no ready point add no such spread.
+  VkEnv env(2, {.sync_validation = relay_sync_validation()});
+  if (!env.ok()) return;
+  Communicator<ProxyBridge> comm(env.group(), relay_options());
+  Rig rig(env.group(), 4096);
+  rig.write(integer_inputs(2, 4096, 91));
+  const int rounds = 3;
+  for (int i = 0; i < rounds; ++i) {
+    TestTimeline first(env.group()[0].handle()), second(env.group()[1].handle());
+    const TimelinePoint ready[2] = {{first.semaphore, 1}, {second.semaphore, 1}};
+    Ticket t = comm.allreduce(rig.spans(), {.ready = ready});
+    REQUIRE(comm.last_call().algorithm == "relay");
+    std::this_thread::sleep_for(5ms);  // the thread is waiting before any device's values come
+    first.signal(1);
+    std::this_thread::sleep_for(30ms);
+    second.signal(1);
+    t.wait(test_timeout);
+  }
+  const RelayStats s = comm.relay_stats();
+  MESSAGE(relay_arrivals(s));
+  CHECK(s.calls == rounds);
+  CHECK(s.timed_arrivals == rounds);
+  REQUIRE(s.last.size() == 2);
+  CHECK(s.last[0] == 0);
+  CHECK(s.last[1] == rounds);
+  CHECK(s.spread >= rounds * 25ms);
+  CHECK(relay_arrivals(s).find("device 1 in 100%") != std::string::npos);
+}
+
 TEST_CASE("relay gate: where kernels wait, where queues wait, and where the automatic choice takes it") {
   // Capabilities as the drivers report them, without devices: two GPUs, lavapipe.
   auto gpu = [](std::uint8_t id) {

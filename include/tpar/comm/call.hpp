@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace tpar::inline v0 {
 
@@ -65,6 +67,26 @@ struct RelayStats {
   // kernels, which publish), and from there to the sum in every slot with its flag.
   std::chrono::nanoseconds arriving{0};
   std::chrono::nanoseconds serving{0};
+  // How far apart the devices' values came, as the thread saw them, over the calls of two
+  // or more contributing devices it was waiting for before the first device's came: their
+  // count, the time from the first device's first value to the last's (summed), and by
+  // device how many of those calls it came last (a device the others wait for).
+  std::uint64_t timed_arrivals = 0;
+  std::chrono::nanoseconds spread{0};
+  std::vector<std::uint64_t> last;
 };
+
+// RelayStats' arrivals in words: "the devices' first values came 3.2 us apart (mean of
+// 24000 calls the relay waited for); the last was device 0 in 48%, device 1 in 52%".
+inline std::string relay_arrivals(const RelayStats& r) {
+  if (!r.timed_arrivals) return "no call's arrivals timed";
+  const auto tenths = (r.spread.count() / static_cast<std::int64_t>(r.timed_arrivals) + 50) / 100;
+  std::string out = "the devices' first values came " + std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) +
+                    " us apart (mean of " + std::to_string(r.timed_arrivals) + " calls the relay waited for); the last was";
+  for (std::size_t d = 0; d < r.last.size(); ++d)
+    out += std::string(d ? "," : "") + " device " + std::to_string(d) + " in " +
+           std::to_string((r.last[d] * 100 + r.timed_arrivals / 2) / r.timed_arrivals) + "%";
+  return out;
+}
 
 }  // namespace tpar::inline v0

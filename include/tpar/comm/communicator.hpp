@@ -146,7 +146,7 @@ class Communicator {
   RelayStats relay_stats() const {
     if (!relay_) return {};
     const auto s = relay_->stats();
-    return {s.calls, s.cpu, s.split_calls, s.arriving, s.serving};
+    return {s.calls, s.cpu, s.split_calls, s.arriving, s.serving, s.timed_arrivals, s.spread, s.last};
   }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits

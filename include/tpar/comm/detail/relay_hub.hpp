@@ -167,10 +167,20 @@ class RelayHub {
     std::uint64_t split_calls = 0;         // calls served in more than one part
     std::chrono::nanoseconds arriving{0};  // summed over calls: handed to the thread -> every device's first values seen
     std::chrono::nanoseconds serving{0};   // summed over calls: those values seen -> every flag written
+    // The devices' arrival, as the thread saw it, over the calls of two or more
+    // contributing devices it was waiting for before any device's first value came (so
+    // that it saw each come; it looks at the others while it waits for one, and after
+    // summing each device's first chunk, so a device that came while it summed another's
+    // is seen up to that chunk's reading late): their count, the time from the first
+    // device's first value to the last's, summed, and by device the calls it came last.
+    std::uint64_t timed_arrivals = 0;
+    std::chrono::nanoseconds spread{0};
+    std::vector<std::uint64_t> last;
   };
 
   RelayHub(const DeviceGroup& group, const Config& config, FailureHandler on_failure)
-      : n_(group.size()), config_(config), on_failure_(std::move(on_failure)), next_sequence_(config.first_sequence) {
+      : n_(group.size()), config_(config), on_failure_(std::move(on_failure)), next_sequence_(config.first_sequence),
+        first_seen_(n_), last_by_device_(std::make_unique<std::atomic<std::uint64_t>[]>(n_)) {
     if (config_.max_bytes % sizeof(float) || !config_.max_bytes)
       throw Error(ErrorCode::invalid_argument, "the relay's largest payload must be a positive multiple of 4 bytes");
     const std::size_t max_count = config_.max_bytes / sizeof(float);
@@ -337,9 +347,14 @@ class RelayHub {
   Stats stats() {
     auto cpu = thread_cpu_time(thread_);
     for (auto& h : helpers_) cpu += thread_cpu_time(h->thread);
-    return {served_.load(std::memory_order_acquire), cpu, split_calls_.load(std::memory_order_acquire),
+    Stats s{served_.load(std::memory_order_acquire), cpu, split_calls_.load(std::memory_order_acquire),
             std::chrono::nanoseconds(arriving_ns_.load(std::memory_order_acquire)),
-            std::chrono::nanoseconds(serving_ns_.load(std::memory_order_acquire))};
+            std::chrono::nanoseconds(serving_ns_.load(std::memory_order_acquire)),
+            timed_arrivals_.load(std::memory_order_acquire),
+            std::chrono::nanoseconds(spread_ns_.load(std::memory_order_acquire)),
+            {}};
+    for (std::size_t d = 0; d < n_; ++d) s.last.push_back(last_by_device_[d].load(std::memory_order_acquire));
+    return s;
   }
 
   // The threads that serve a call of `count` values together (1 for a call of one chunk).
@@ -599,6 +614,26 @@ class RelayHub {
     alignas(64) float acc[chunk];
     Backoff backoff;
     const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
+    // Part 0's first chunk: when each contributing device's value `begin` came (Stats::spread).
+    std::uint32_t unseen = 0;
+    const auto look = [&] {
+      for (std::uint32_t left = unseen; left; left &= left - 1) {
+        const auto d = static_cast<std::size_t>(std::countr_zero(left));
+        if (static_cast<std::uint32_t>(relay_load_unit(publish_units(d, c.parity) + begin) >> 32) == c.stamp) {
+          first_seen_[d] = std::chrono::steady_clock::now();
+          unseen &= ~(1u << d);
+        }
+      }
+    };
+    bool timed = false;
+    if (arrived && begin < end) {
+      for (std::size_t d = 0; d < n_; ++d)
+        if (contributes(d)) unseen |= 1u << d;
+      const std::uint32_t all = unseen;
+      look();
+      timed = unseen == all && std::popcount(all) >= 2;  // waiting before any came
+      if (!timed) unseen = 0;
+    }
     for (std::size_t base = begin; base < end; base += chunk) {
       const std::size_t m = std::min(chunk, end - base);
       bool first = true;
@@ -612,6 +647,7 @@ class RelayHub {
         std::size_t i = relay_accumulate(units, m, c.stamp, acc, first, config_.scalar_sum);
         while (i < m) {
           if (static_cast<std::uint32_t>(relay_load_unit(units + i) >> 32) != c.stamp) {
+            if (unseen) look();
             if (!backoff.step(deadline, quit_)) {
               why = "device " + std::to_string(d) + " did not publish value " + std::to_string(base + i) + " of " +
                     std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
@@ -623,6 +659,7 @@ class RelayHub {
           i += relay_accumulate(units + i, m - i, c.stamp, acc + i, first, config_.scalar_sum);
         }
         first = false;
+        if (unseen) look();
       }
       // The host-played peers (tpar-bench, tests): one contribution each, flushed as the
       // kernels flush subnormals (wire_codec.hpp).
@@ -632,11 +669,28 @@ class RelayHub {
       };
       for (const auto& peer : peers_) add(peer.data() + base);
       if (first) std::fill_n(acc, m, 0.0f);
-      if (arrived && base == begin) *arrived = std::chrono::steady_clock::now();
+      if (arrived && base == begin) {
+        *arrived = std::chrono::steady_clock::now();
+        if (timed) note_arrivals(c);
+      }
       for (std::size_t d = 0; d < n_; ++d)
         std::memcpy(slot_words(d, c.parity) + relay_layout::payload + base, acc, m * sizeof(float));
     }
     return true;
+  }
+
+  // A call whose devices' arrivals the thread saw (serve_range): their spread, the last.
+  void note_arrivals(const Call& c) {
+    std::chrono::steady_clock::time_point lo = std::chrono::steady_clock::time_point::max(), hi{};
+    std::size_t last = 0;
+    for (std::size_t d = 0; d < n_ && d < 32; ++d) {
+      if (!((c.contributing >> d) & 1u)) continue;
+      lo = std::min(lo, first_seen_[d]);
+      if (first_seen_[d] >= hi) hi = first_seen_[d], last = d;
+    }
+    timed_arrivals_.fetch_add(1, std::memory_order_acq_rel);
+    spread_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(hi - lo).count(), std::memory_order_acq_rel);
+    last_by_device_[last].fetch_add(1, std::memory_order_acq_rel);
   }
 
   // Every publish area back to zero (no stamp), when stamps are about to repeat.
@@ -689,6 +743,10 @@ class RelayHub {
   std::chrono::steady_clock::time_point last_end_;  // the thread's only
   std::atomic<std::uint64_t> served_{0};
   std::atomic<std::int64_t> arriving_ns_{0}, serving_ns_{0};  // Stats
+  std::vector<std::chrono::steady_clock::time_point> first_seen_;  // the thread's only, by device
+  std::atomic<std::uint64_t> timed_arrivals_{0};
+  std::atomic<std::int64_t> spread_ns_{0};
+  std::unique_ptr<std::atomic<std::uint64_t>[]> last_by_device_;
 
   std::mutex release_mutex_;
   std::uint64_t released_ = 0;
