@@ -56,9 +56,10 @@
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
 #             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
 #             (labels tpar4-...), DECODE_ROWS picks the tensor rows (some of
-#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,skip; default all
-#             but relay-t4, ride-off and skip; ride-off: TPAR_RELAY_RIDE=0, the relay's
-#             kernels in tpar's own command buffers; skip:
+#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,ride-ahead,skip;
+#             default all but relay-t4, ride-off, ride-ahead and skip; ride-off:
+#             TPAR_RELAY_RIDE=0, the relay's kernels in tpar's own command buffers;
+#             ride-ahead: TPAR_RELAY_RIDE=ahead, riding only while the host is ahead; skip:
 #             TPAR_GGML_SKIP_ALLREDUCE=1, every AllReduce accepted and not summed, the
 #             token's bound with free boundaries, wrong results), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
@@ -85,7 +86,8 @@
 #             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
 #             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,tpar-oneshot,
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
-#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-skip (the
+#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-ride-ahead (riding
+#             only while the host is ahead: TPAR_RELAY_RIDE=ahead),tpar-skip (the
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
 #             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
@@ -229,7 +231,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
-    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped|device parts recorded" "$out/bench.err" | sed 's/^/# /' >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped|device parts recorded|first values came" "$out/bench.err" | sed 's/^/# /' >> "$log"
   else
     tail -15 "$out/bench.err" >> "$log"
     part_fail "llama-bench $label"
@@ -452,7 +454,7 @@ serve_load() {
     kill -0 $pid 2>/dev/null || echo "# llama-server $label exited: $(tail -3 "$out/server-$label.err" | tr '\n' ' ')" >> "$log"
   fi
   kill -INT $pid 2>/dev/null; wait $pid 2>/dev/null
-  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
+  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
 }
 
 run_server() {
@@ -496,6 +498,7 @@ run_server_mixed() {
       tpar-relay256) serve_load mixed-tpar-relay256 tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
       # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
       tpar-ride-off) serve_load mixed-tpar-ride-off tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
+      tpar-ride-ahead) serve_load mixed-tpar-ride-ahead tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=ahead ;;
       # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
       tpar-skip) serve_load mixed-tpar-skip tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
       # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
@@ -525,7 +528,7 @@ run_server_mixed() {
         else
           part_fail "no trace of the mixed steps ($tl)"
         fi ;;
-      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
+      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-ride-ahead, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
     esac
   done
   if compgen -G "$out/trace-mixed-*.json" > /dev/null; then
@@ -653,6 +656,8 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   [[ $rows == *,relay-hold1,* ]] && bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
   # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
   [[ $rows == *,ride-off,* ]] && bench "tpar$k-ride-off-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=0
+  # riding only while every GPU has held work queued beyond the submission it runs
+  [[ $rows == *,ride-ahead,* ]] && bench "tpar$k-ride-ahead-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=ahead
   # the token's bound: every AllReduce accepted and not summed (wrong results, timing only)
   [[ $rows == *,skip,* ]] && bench "tpar$k-skip-$1" "$2" "$k" tensor "$3" TPAR_GGML_SKIP_ALLREDUCE=1
   # one GPU again: the first run after a model is made can find the GPU cold

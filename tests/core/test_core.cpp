@@ -86,10 +86,14 @@ TEST_CASE("environment overrides are parsed and unknown values rejected with the
   CHECK_FALSE(Options{}.with_environment().relay_ride);
   ::setenv("TPAR_RELAY_RIDE", "1", 1);
   CHECK(Options{}.with_environment().relay_ride);
-  for (const char* bad : {"2", "on", "off", "00", " 1", "yes"}) {
+  CHECK_FALSE(Options{}.with_environment().relay_ride_ahead);
+  ::setenv("TPAR_RELAY_RIDE", "ahead", 1);
+  CHECK(Options{}.with_environment().relay_ride);
+  CHECK(Options{}.with_environment().relay_ride_ahead);
+  for (const char* bad : {"2", "on", "off", "00", " 1", "yes", "Ahead", "ahead "}) {
     CAPTURE(bad);
     ::setenv("TPAR_RELAY_RIDE", bad, 1);
-    refused("0 or 1");
+    refused("0, 1 or ahead");
   }
   ::setenv("TPAR_RELAY_RIDE", "", 1);  // empty: unset
   CHECK(Options{}.with_environment().relay_ride);

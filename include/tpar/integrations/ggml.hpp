@@ -246,12 +246,14 @@ class GgmlComm {
                                 std::to_string(comm_->options().stream_hold) + ")");
       if (streamed_) {
         const Stream::RideStats r = streamed_->ride_stats();
-        if (r.recorded || r.again || r.fell_back)
+        if (r.recorded || r.again || r.fell_back || streamed_->rides_not_ahead())
           log(LogLevel::info, "ggml comm: relay calls' device parts recorded into ggml-vulkan's command buffers (TPAR_RELAY_RIDE): " +
                                   std::to_string(r.recorded) + " (" + std::to_string(r.sites) + " of them as sites of recordings for replay), " +
                                   std::to_string(r.again) + " served by a replayed site, " + std::to_string(r.fell_back) +
                                   " in tpar's own command buffer; " + std::to_string(r.refused) +
-                                  " sites could not serve a call (the subgraph was recorded anew)");
+                                  " sites could not serve a call (the subgraph was recorded anew); " +
+                                  std::to_string(streamed_->rides_not_ahead()) + " calls sent at once, a GPU short of work (" +
+                                  (comm_->options().relay_ride_ahead ? "TPAR_RELAY_RIDE=ahead" : "never, TPAR_RELAY_RIDE=1") + ")");
       }
       if (const RelayStats r = comm_->relay_stats(); r.calls) {
         // the host's side of a call: from every device's first values seen to the sum and
@@ -264,6 +266,7 @@ class GgmlComm {
                                 std::to_string(r.split_calls) + " of them in parts by several host threads (TPAR_RELAY_THREADS=" +
                                 std::to_string(comm_->options().relay_threads) + "); a call took its threads " +
                                 tenths(r.serving) + " us from every device's first values to the sum in every slot");
+        if (r.timed_arrivals) log(LogLevel::info, "ggml comm: " + relay_arrivals(r));
       }
     } catch (...) {  // a summary is not worth a terminate
     }
