@@ -231,7 +231,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
-    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped|device parts recorded|first values came" "$out/bench.err" | sed 's/^/# /' >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped|device parts recorded|first values came|relay.s kernels" "$out/bench.err" | sed 's/^/# /' >> "$log"
   else
     tail -15 "$out/bench.err" >> "$log"
     part_fail "llama-bench $label"
@@ -454,7 +454,7 @@ serve_load() {
     kill -0 $pid 2>/dev/null || echo "# llama-server $label exited: $(tail -3 "$out/server-$label.err" | tr '\n' ' ')" >> "$log"
   fi
   kill -INT $pid 2>/dev/null; wait $pid 2>/dev/null
-  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
+  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|relay.s kernels" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
 }
 
 run_server() {

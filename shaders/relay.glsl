@@ -12,7 +12,10 @@
 //      runs). header[ARRIVED]: the stamp of the last call this device started;
 //      header[GAVE_UP]: the stamp of a call whose wait hit the spin bound; unit[i]:
 //      (bits of value i, stamp), stored as one 8-byte word so the host never sees a
-//      stamp without its value.
+//      stamp without its value. With TPAR_RELAY_CLOCK, work group 0 also stamps the low
+//      32 bits of the device clock (ns) into the header: u[1] = (stamp, kernel start),
+//      u[2] = (its values published, the sum seen), u[3] = (its copy done, stamp), the
+//      last written last, so the host reads a call's four times once both stamps match.
 // Modes (bits of pc.mode):
 //   CONTRIBUTE  write the user values into pub.unit, stamped;
 //   ARRIVE      write the stamp into pub.header[ARRIVED] (the host writes a device's slot
@@ -133,6 +136,10 @@ void main() {
   barrier();
   if (s_state != GO) return;
   const uint seq = s_seq;
+#ifdef TPAR_RELAY_CLOCK
+  const bool stamps = gl_WorkGroupID.x == 0u && t == 0u;
+  const uint t_start = clockRealtime2x32EXT().x;
+#endif
   // Where this call's slot set starts (0 unless SITE).
   const uint sb = (pc.mode & SITE) != 0u ? s_set * pc.seg_words : 0u;
   const uint pb = (pc.mode & SITE) != 0u ? s_set * pc.out_off : 0u;
@@ -149,10 +156,16 @@ void main() {
   }
   if ((pc.mode & COLLECT) == 0u) return;
   barrier();  // every invocation past its publishing before s_state is written again
+#ifdef TPAR_RELAY_CLOCK
+  const uint t_published = clockRealtime2x32EXT().x;
+#endif
   if (t == 0u) s_state = wait_for(seq, sb);
   memoryBarrierShared();
   memoryBarrierBuffer();
   barrier();
+#ifdef TPAR_RELAY_CLOCK
+  const uint t_seen = clockRealtime2x32EXT().x;
+#endif
   if (s_state != GO) {
     if (s_state == BOUND && gl_WorkGroupID.x == 0u && t == 0u) pub.u[pb].y = seq;
     return;
@@ -163,6 +176,15 @@ void main() {
     if (i0 < n) user.v[pc.user_off + i0] = uintBitsToFloat(slot.w[sb + PAYLOAD + i0]);
     if (i1 < n) user.v[pc.user_off + i1] = uintBitsToFloat(slot.w[sb + PAYLOAD + i1]);
   }
+#ifdef TPAR_RELAY_CLOCK
+  barrier();  // work group 0's copy done
+  if (stamps) {
+    pub.u[pb + 1u] = uvec2(seq, t_start);
+    pub.u[pb + 2u] = uvec2(t_published, t_seen);
+    memoryBarrierBuffer();
+    pub.u[pb + 3u] = uvec2(clockRealtime2x32EXT().x, seq);
+  }
+#endif
 }
 
 #endif  // TPAR_RELAY_GLSL

@@ -582,7 +582,14 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
         relay.timed_arrivals -= relay0.timed_arrivals;
         relay.spread -= relay0.spread;
         for (std::size_t d = 0; d < relay.last.size() && d < relay0.last.size(); ++d) relay.last[d] -= relay0.last[d];
+        relay.kernels -= relay0.kernels;
+        relay.kernel_publish -= relay0.kernel_publish;
+        relay.kernel_wait -= relay0.kernel_wait;
+        relay.kernel_copy -= relay0.kernel_copy;
+        relay.kernel_gaps -= relay0.kernel_gaps;
+        relay.kernel_gap -= relay0.kernel_gap;
         if (text && relay.timed_arrivals) std::printf("#   %s: %s\n", row.algo.c_str(), tpar::relay_arrivals(relay).c_str());
+        if (text && relay.kernels) std::printf("#   %s: %s\n", row.algo.c_str(), tpar::relay_kernel_times(relay).c_str());
       }
     }
     if (text)

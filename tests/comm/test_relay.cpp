@@ -1025,6 +1025,37 @@ TEST_CASE("relay: the thread sees how far apart the devices' values came, and wh
   CHECK(relay_arrivals(s).find("device 1 in 100%") != std::string::npos);
 }
 
+TEST_CASE("relay: kernels that read the device clock report their parts' times, read back by the thread") {
+  // Each call's kernels stamp their start, their values published, the sum seen and the
+  // copy done; the thread reads a call's stamps when it serves the next call of the same
+  // slot set. Calls one at a time: every call but the last `depth` ones is read back, on
+  // every device, and a kernel's wait lies within the call's whole time.
+  VkEnv env(2, {.sync_validation = relay_sync_validation()});
+  if (!env.ok()) return;
+  Options o = relay_options();
+  o.depth = 4;  // four slot sets: a call's stamps are read four calls later
+  Communicator<ProxyBridge> comm(env.group(), o);
+  Rig rig(env.group(), 4096);
+  rig.write(integer_inputs(2, 4096, 92));
+  const int calls = 12;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) comm.allreduce(rig.spans()).wait();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  const RelayStats s = comm.relay_stats();
+  if (!env.group()[0].enabled().shader_device_clock || !env.group()[1].enabled().shader_device_clock) {
+    MESSAGE("no device clock in shaders here: the kernels stamp nothing");
+    CHECK(s.kernels == 0);
+    return;
+  }
+  MESSAGE(relay_kernel_times(s));
+  const int depth = 4;
+  CHECK(s.kernels == 2 * (calls - depth));
+  CHECK(s.kernel_gaps == 2 * (calls - depth - 1));
+  CHECK(s.kernel_wait > 0ns);
+  CHECK(s.kernel_publish + s.kernel_wait + s.kernel_copy < took * 2);
+  CHECK(relay_kernel_times(s).find("a kernel took") == 0);
+}
+
 TEST_CASE("relay gate: where kernels wait, where queues wait, and where the automatic choice takes it") {
   // Capabilities as the drivers report them, without devices: two GPUs, lavapipe.
   auto gpu = [](std::uint8_t id) {

@@ -59,6 +59,10 @@ namespace tpar::inline v0::detail {
 namespace relay_layout {
 inline constexpr std::size_t seq = 0, flag = 1, abort = 2, payload = 64;  // slot words
 inline constexpr std::size_t arrived = 0, gave_up = 1;                    // publish header words
+// The clock variant's stamps (publish header words): the call's stamp, kernel start; its
+// values published, the sum seen; its copy done, the call's stamp again.
+inline constexpr std::size_t clock_stamp = 2, clock_start = 3, clock_published = 4, clock_seen = 5, clock_end = 6,
+                             clock_stamp_again = 7;
 inline constexpr std::size_t header_bytes = 256;                          // before the units
 inline constexpr std::uint32_t no_call = 0xFFFFFFFFu;                     // a ride site's word: serve nothing
 }  // namespace relay_layout
@@ -176,11 +180,20 @@ class RelayHub {
     std::uint64_t timed_arrivals = 0;
     std::chrono::nanoseconds spread{0};
     std::vector<std::uint64_t> last;
+    // The kernels' own times (the clock variant: work group 0's device clock), summed
+    // over device parts: from the kernel's start to its values published, to the sum
+    // seen, to its copy done; and from a kernel's end to the next call's start on the same
+    // device (the host's work between two calls), over consecutive calls.
+    std::uint64_t kernels = 0;
+    std::chrono::nanoseconds kernel_publish{0}, kernel_wait{0}, kernel_copy{0};
+    std::uint64_t kernel_gaps = 0;
+    std::chrono::nanoseconds kernel_gap{0};
   };
 
   RelayHub(const DeviceGroup& group, const Config& config, FailureHandler on_failure)
       : n_(group.size()), config_(config), on_failure_(std::move(on_failure)), next_sequence_(config.first_sequence),
-        first_seen_(n_), last_by_device_(std::make_unique<std::atomic<std::uint64_t>[]>(n_)) {
+        first_seen_(n_), last_by_device_(std::make_unique<std::atomic<std::uint64_t>[]>(n_)), kernel_prev_(n_),
+        last_stamp_(config.depth, 0) {
     if (config_.max_bytes % sizeof(float) || !config_.max_bytes)
       throw Error(ErrorCode::invalid_argument, "the relay's largest payload must be a positive multiple of 4 bytes");
     const std::size_t max_count = config_.max_bytes / sizeof(float);
@@ -352,7 +365,13 @@ class RelayHub {
             std::chrono::nanoseconds(serving_ns_.load(std::memory_order_acquire)),
             timed_arrivals_.load(std::memory_order_acquire),
             std::chrono::nanoseconds(spread_ns_.load(std::memory_order_acquire)),
-            {}};
+            {},
+            kernel_count_.load(std::memory_order_acquire),
+            std::chrono::nanoseconds(kernel_ns_[0].load(std::memory_order_acquire)),
+            std::chrono::nanoseconds(kernel_ns_[1].load(std::memory_order_acquire)),
+            std::chrono::nanoseconds(kernel_ns_[2].load(std::memory_order_acquire)),
+            kernel_gaps_.load(std::memory_order_acquire),
+            std::chrono::nanoseconds(kernel_ns_[3].load(std::memory_order_acquire))};
     for (std::size_t d = 0; d < n_; ++d) s.last.push_back(last_by_device_[d].load(std::memory_order_acquire));
     return s;
   }
@@ -530,6 +549,7 @@ class RelayHub {
 
   // One call: false (and why) when its values did not all come in time.
   bool serve(const Call& c, std::chrono::steady_clock::time_point deadline, std::string& why) {
+    note_kernel_times(c.parity);
     Backoff backoff;
     auto arrived = c.handed;  // every device's first chunk seen (set below; a call of no values has none)
     const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
@@ -591,6 +611,7 @@ class RelayHub {
     // Every device has published this call and none can publish again before it has the
     // sum: the moment to clear stale stamps before they repeat (once per 2^32 calls).
     if (c.stamp == 0xFFFFFFFFu) scrub();
+    last_stamp_[c.parity] = c.stamp;
     served_.fetch_add(1, std::memory_order_acq_rel);  // before any device can finish the call
     relay_store_fence();
     for (std::size_t d = 0; d < n_; ++d)
@@ -679,6 +700,31 @@ class RelayHub {
     return true;
   }
 
+  // The clock stamps of the call that last used slot set `parity` (done: a call got the
+  // slot set after it), by device where its kernel wrote them (shaders/relay.glsl).
+  void note_kernel_times(std::uint32_t parity) {
+    const std::uint32_t prev = last_stamp_[parity];
+    if (!prev) return;
+    for (std::size_t d = 0; d < n_; ++d) {
+      std::uint32_t* h = publish_header(d, parity);
+      const auto word = [&](std::size_t i) { return std::atomic_ref<std::uint32_t>(h[i]).load(std::memory_order_acquire); };
+      if (word(relay_layout::clock_stamp_again) != prev || word(relay_layout::clock_stamp) != prev) continue;
+      const std::uint32_t start = word(relay_layout::clock_start), published = word(relay_layout::clock_published),
+                          seen = word(relay_layout::clock_seen), end = word(relay_layout::clock_end);
+      kernel_ns_[0].fetch_add(static_cast<std::uint32_t>(published - start), std::memory_order_acq_rel);
+      kernel_ns_[1].fetch_add(static_cast<std::uint32_t>(seen - published), std::memory_order_acq_rel);
+      kernel_ns_[2].fetch_add(static_cast<std::uint32_t>(end - seen), std::memory_order_acq_rel);
+      kernel_count_.fetch_add(1, std::memory_order_acq_rel);
+      KernelPrev& k = kernel_prev_[d];
+      if (k.stamp && k.stamp + 1 == prev) {
+        kernel_ns_[3].fetch_add(static_cast<std::uint32_t>(start - k.end), std::memory_order_acq_rel);
+        kernel_gaps_.fetch_add(1, std::memory_order_acq_rel);
+      }
+      k.stamp = prev;
+      k.end = end;
+    }
+  }
+
   // A call whose devices' arrivals the thread saw (serve_range): their spread, the last.
   void note_arrivals(const Call& c) {
     std::chrono::steady_clock::time_point lo = std::chrono::steady_clock::time_point::max(), hi{};
@@ -747,6 +793,13 @@ class RelayHub {
   std::atomic<std::uint64_t> timed_arrivals_{0};
   std::atomic<std::int64_t> spread_ns_{0};
   std::unique_ptr<std::atomic<std::uint64_t>[]> last_by_device_;
+  struct KernelPrev {
+    std::uint32_t stamp = 0, end = 0;
+  };
+  std::vector<KernelPrev> kernel_prev_;   // the thread's only, by device: the last call's stamps read
+  std::vector<std::uint32_t> last_stamp_;  // the thread's only, by slot set: its last call served
+  std::atomic<std::uint64_t> kernel_count_{0}, kernel_gaps_{0};
+  std::atomic<std::int64_t> kernel_ns_[4] = {0, 0, 0, 0};  // publish, wait, copy, gap
 
   std::mutex release_mutex_;
   std::uint64_t released_ = 0;
