@@ -56,10 +56,9 @@
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
 #             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
 #             (labels tpar4-...), DECODE_ROWS picks the tensor rows (some of
-#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,ride-ahead,skip;
-#             default all but relay-t4, ride-off, ride-ahead and skip; ride-off:
-#             TPAR_RELAY_RIDE=0, the relay's kernels in tpar's own command buffers;
-#             ride-ahead: TPAR_RELAY_RIDE=ahead, riding only while the host is ahead; skip:
+#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,skip; default all
+#             but relay-t4, ride-off and skip; ride-off: TPAR_RELAY_RIDE=0, the relay's
+#             kernels in tpar's own command buffers; skip:
 #             TPAR_GGML_SKIP_ALLREDUCE=1, every AllReduce accepted and not summed, the
 #             token's bound with free boundaries, wrong results), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
@@ -86,8 +85,7 @@
 #             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
 #             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,tpar-oneshot,
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
-#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-ride-ahead (riding
-#             only while the host is ahead: TPAR_RELAY_RIDE=ahead),tpar-skip (the
+#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-skip (the
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
 #             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
@@ -498,7 +496,6 @@ run_server_mixed() {
       tpar-relay256) serve_load mixed-tpar-relay256 tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
       # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
       tpar-ride-off) serve_load mixed-tpar-ride-off tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
-      tpar-ride-ahead) serve_load mixed-tpar-ride-ahead tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=ahead ;;
       # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
       tpar-skip) serve_load mixed-tpar-skip tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
       # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
@@ -528,7 +525,7 @@ run_server_mixed() {
         else
           part_fail "no trace of the mixed steps ($tl)"
         fi ;;
-      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-ride-ahead, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
+      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
     esac
   done
   if compgen -G "$out/trace-mixed-*.json" > /dev/null; then
@@ -656,8 +653,6 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   [[ $rows == *,relay-hold1,* ]] && bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
   # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
   [[ $rows == *,ride-off,* ]] && bench "tpar$k-ride-off-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=0
-  # riding only while every GPU has held work queued beyond the submission it runs
-  [[ $rows == *,ride-ahead,* ]] && bench "tpar$k-ride-ahead-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=ahead
   # the token's bound: every AllReduce accepted and not summed (wrong results, timing only)
   [[ $rows == *,skip,* ]] && bench "tpar$k-skip-$1" "$2" "$k" tensor "$3" TPAR_GGML_SKIP_ALLREDUCE=1
   # one GPU again: the first run after a model is made can find the GPU cold

@@ -565,38 +565,6 @@ TEST_CASE("streams: a held relay call rides in the host's next command buffer, r
         for (std::size_t j = 0; j < per_round; ++j) chain.sides[d]->stream->ride_forget(site[d][j]);
       for (std::size_t d = 0; d < n; ++d) CHECK(comm.sites_in_use(d) == 0);
     }
-    SUBCASE("TPAR_RELAY_RIDE=ahead: a call made while a GPU may run dry goes out at once, the rest ride") {
-      // The gate keeps device 0 (and so every relay kernel) from finishing anything until
-      // every step is enqueued: the first two calls find a GPU with at most one release to
-      // run (StreamAllreduce::gpus_short) and go out with the host's work before them; every
-      // later one rides.
-      o.relay_ride_ahead = true;
-      auto comm = make_communicator(env.group(), o);
-      const std::size_t steps = 12;
-      Chain chain(env.group(), 4096, steps, 1100 + n);
-      TestTimeline gate(env.group()[0].handle());
-      StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
-      const auto spans = chain.spans();
-      Ticket last;
-      for (std::size_t k = 0; k < steps; ++k) {
-        for (std::size_t d = 0; d < n; ++d) chain.host_step(d, k, k == 0 && d == 0 ? &gate : nullptr, true);
-        last = ar.allreduce(spans);
-        if (waits) CHECK(chain.sides[0]->stream->ride_pending() == (k >= 2));
-      }
-      for (std::size_t d = 0; d < n; ++d) chain.host_step(d, steps, nullptr, true);
-      gate.signal(1);
-      ar.flush();
-      last.wait(test_timeout);
-      for (std::size_t d = 0; d < n; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
-      chain.check();
-      const auto r = ar.ride_stats();
-      MESSAGE("n " << n << ", ahead: rides recorded " << r.recorded << ", sent at once " << ar.rides_not_ahead() << ", fell back "
-                   << r.fell_back);
-      CHECK(ar.rides_not_ahead() == (waits ? 2 : 0));
-      CHECK(r.recorded == (waits ? n * (steps - 2) : 0));
-      CHECK(r.fell_back == 0);
-      CHECK(ar.held_calls() == steps);
-    }
     SUBCASE("TPAR_RELAY_RIDE=0 (Options::relay_ride false) offers no ride") {
       o.relay_ride = false;
       auto comm = make_communicator(env.group(), o);

@@ -712,10 +712,6 @@ class StreamAllreduce {
     return out;
   }
 
-  // Calls that could have ridden but went out at once, a GPU short of work
-  // (Options::relay_ride_ahead).
-  std::uint64_t rides_not_ahead() const { return not_ahead_; }
-
   // Calls held so far (Options::stream_hold) and the submissions that released them.
   std::uint64_t held_calls() const { return held_total_; }
   std::uint64_t hold_releases() const { return releases_; }
@@ -742,16 +738,10 @@ class StreamAllreduce {
   // Whether the call just handed over (batches_) waits for rides: Options::relay_ride,
   // and on every device one batch that waits on nothing, a relay kernel that waits on the
   // GPU (Communicator::last_call_rides).
-  // Options::relay_ride_ahead: only while no GPU may run dry (else the call goes out now,
-  // with the host's work before it, rather than after the host's next command buffer).
-  bool rides(std::size_t n) {
+  bool rides(std::size_t n) const {
     if (!comm_.options().relay_ride) return false;
     for (std::size_t d = 0; d < n; ++d)
       if (batches_[d].size() != 1 || batches_[d].waits() || !comm_.last_call_rides(d)) return false;
-    if (comm_.options().relay_ride_ahead && gpus_short()) {
-      ++not_ahead_;
-      return false;
-    }
     return true;
   }
 
@@ -823,7 +813,7 @@ class StreamAllreduce {
   std::uint32_t hold_ = 1;
   bool split_used_ = false;
   std::uint32_t held_calls_ = 0;
-  std::uint64_t held_total_ = 0, releases_ = 0, not_ahead_ = 0;
+  std::uint64_t held_total_ = 0, releases_ = 0;
   std::mutex hold_mutex_;
   detail::SubmitGate gate_;
   std::vector<PartQueue> queues_;

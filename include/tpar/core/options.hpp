@@ -113,14 +113,8 @@ struct Options {
   // recorded at the start of the host's next command buffer on each device, not in a
   // command buffer of tpar's, so that a call ends no command buffer of its own (on
   // NVIDIA's driver 580 each end cost the GPU about 4.7 us: docs/design/relay-ride.md).
-  // Only where the relay's kernels wait for the sum on the GPU. TPAR_RELAY_RIDE=0|1|ahead.
+  // Only where the relay's kernels wait for the sum on the GPU. TPAR_RELAY_RIDE=0|1.
   bool relay_ride = true;
-  // With relay_ride: a call rides only while every GPU has held work queued beyond the
-  // submission it runs (the host is ahead). A call made while a GPU may run dry goes out
-  // at once in tpar's command buffer with the host's work before it, rather than waiting
-  // for the host's next command buffer while the GPUs wait for the host.
-  // TPAR_RELAY_RIDE=ahead (relay_ride on as well).
-  bool relay_ride_ahead = false;
   // Wire: a fixed format, or (nullopt) f32 below bf16_min_bytes of payload and bf16 from it.
   std::optional<Wire> wire;
   std::size_t bf16_min_bytes = std::size_t{1} << 20;
@@ -263,9 +257,8 @@ inline Options Options::with_environment() const {
   if (const char* v = detail::env_value("TPAR_RELAY_RIDE")) {
     const std::string_view s(v);
     if (s == "0") o.relay_ride = false;
-    else if (s == "1") o.relay_ride = true, o.relay_ride_ahead = false;
-    else if (s == "ahead") o.relay_ride = true, o.relay_ride_ahead = true;
-    else detail::bad_env("TPAR_RELAY_RIDE", s, "0, 1 or ahead");
+    else if (s == "1") o.relay_ride = true;
+    else detail::bad_env("TPAR_RELAY_RIDE", s, "0 or 1");
   }
   if (const char* v = detail::env_value("TPAR_WIRE")) {
     const std::string_view s(v);

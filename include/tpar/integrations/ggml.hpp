@@ -246,14 +246,12 @@ class GgmlComm {
                                 std::to_string(comm_->options().stream_hold) + ")");
       if (streamed_) {
         const Stream::RideStats r = streamed_->ride_stats();
-        if (r.recorded || r.again || r.fell_back || streamed_->rides_not_ahead())
+        if (r.recorded || r.again || r.fell_back)
           log(LogLevel::info, "ggml comm: relay calls' device parts recorded into ggml-vulkan's command buffers (TPAR_RELAY_RIDE): " +
                                   std::to_string(r.recorded) + " (" + std::to_string(r.sites) + " of them as sites of recordings for replay), " +
                                   std::to_string(r.again) + " served by a replayed site, " + std::to_string(r.fell_back) +
                                   " in tpar's own command buffer; " + std::to_string(r.refused) +
-                                  " sites could not serve a call (the subgraph was recorded anew); " +
-                                  std::to_string(streamed_->rides_not_ahead()) + " calls sent at once, a GPU short of work (" +
-                                  (comm_->options().relay_ride_ahead ? "TPAR_RELAY_RIDE=ahead" : "never, TPAR_RELAY_RIDE=1") + ")");
+                                  " sites could not serve a call (the subgraph was recorded anew)");
       }
       if (const RelayStats r = comm_->relay_stats(); r.calls) {
         // the host's side of a call: from every device's first values seen to the sum and
