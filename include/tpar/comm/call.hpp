@@ -82,6 +82,7 @@ struct RelayStats {
   std::chrono::nanoseconds kernel_publish{0}, kernel_wait{0}, kernel_copy{0};
   std::uint64_t kernel_gaps = 0;
   std::chrono::nanoseconds kernel_gap{0};
+  std::chrono::nanoseconds kernel_gap_median{0};  // of the gaps, to 0.25 us; 1 ms: 1 ms or more
 };
 
 // RelayStats' arrivals in words: "the devices' first values came 3.2 us apart (mean of
@@ -99,7 +100,7 @@ inline std::string relay_arrivals(const RelayStats& r) {
 
 // RelayStats' kernel times in words: "a kernel took 9.1 us on the GPU (1.0 publishing its
 // values, 7.0 waiting for the sum, 1.1 copying it; mean of 49280 device parts), 55.3 us
-// from one kernel's end to the next's start on a device".
+// from one kernel's end to the next's start on a device (median 52.1)".
 inline std::string relay_kernel_times(const RelayStats& r) {
   if (!r.kernels) return "no kernel's times read";
   const auto us = [](std::chrono::nanoseconds t, std::uint64_t n) {
@@ -110,7 +111,9 @@ inline std::string relay_kernel_times(const RelayStats& r) {
                     us(r.kernel_publish, r.kernels) + " publishing its values, " + us(r.kernel_wait, r.kernels) +
                     " waiting for the sum, " + us(r.kernel_copy, r.kernels) + " copying it; mean of " + std::to_string(r.kernels) +
                     " device parts)";
-  if (r.kernel_gaps) out += ", " + us(r.kernel_gap, r.kernel_gaps) + " us from one kernel's end to the next's start on a device";
+  if (r.kernel_gaps)
+    out += ", " + us(r.kernel_gap, r.kernel_gaps) + " us from one kernel's end to the next's start on a device (median " +
+           (r.kernel_gap_median >= std::chrono::milliseconds(1) ? std::string("1 ms or more") : us(r.kernel_gap_median, 1)) + ")";
   return out;
 }
 

@@ -147,7 +147,8 @@ class Communicator {
     if (!relay_) return {};
     const auto s = relay_->stats();
     return {s.calls,  s.cpu,     s.split_calls,    s.arriving,    s.serving,     s.timed_arrivals, s.spread,
-            s.last,   s.kernels, s.kernel_publish, s.kernel_wait, s.kernel_copy, s.kernel_gaps,    s.kernel_gap};
+            s.last,   s.kernels, s.kernel_publish, s.kernel_wait, s.kernel_copy, s.kernel_gaps,    s.kernel_gap,
+            s.kernel_gap_median};
   }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits

@@ -32,6 +32,7 @@
 #include <tpar/vk/device_group.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -188,6 +189,7 @@ class RelayHub {
     std::chrono::nanoseconds kernel_publish{0}, kernel_wait{0}, kernel_copy{0};
     std::uint64_t kernel_gaps = 0;
     std::chrono::nanoseconds kernel_gap{0};
+    std::chrono::nanoseconds kernel_gap_median{0};  // to 0.25 us (gaps of 1 ms and more in one bin)
   };
 
   RelayHub(const DeviceGroup& group, const Config& config, FailureHandler on_failure)
@@ -371,7 +373,8 @@ class RelayHub {
             std::chrono::nanoseconds(kernel_ns_[1].load(std::memory_order_acquire)),
             std::chrono::nanoseconds(kernel_ns_[2].load(std::memory_order_acquire)),
             kernel_gaps_.load(std::memory_order_acquire),
-            std::chrono::nanoseconds(kernel_ns_[3].load(std::memory_order_acquire))};
+            std::chrono::nanoseconds(kernel_ns_[3].load(std::memory_order_acquire)),
+            gap_median()};
     for (std::size_t d = 0; d < n_; ++d) s.last.push_back(last_by_device_[d].load(std::memory_order_acquire));
     return s;
   }
@@ -717,12 +720,28 @@ class RelayHub {
       kernel_count_.fetch_add(1, std::memory_order_acq_rel);
       KernelPrev& k = kernel_prev_[d];
       if (k.stamp && k.stamp + 1 == prev) {
-        kernel_ns_[3].fetch_add(static_cast<std::uint32_t>(start - k.end), std::memory_order_acq_rel);
+        const std::uint32_t gap = start - k.end;
+        kernel_ns_[3].fetch_add(gap, std::memory_order_acq_rel);
+        gap_bins_[std::min<std::size_t>(gap / gap_bin_ns, gap_bins_.size() - 1)].fetch_add(1, std::memory_order_acq_rel);
         kernel_gaps_.fetch_add(1, std::memory_order_acq_rel);
       }
       k.stamp = prev;
       k.end = end;
     }
+  }
+
+  // The median of the gaps counted so far, to a bin (0 where none).
+  std::chrono::nanoseconds gap_median() const {
+    std::uint64_t total = 0;
+    for (const auto& b : gap_bins_) total += b.load(std::memory_order_acquire);
+    if (!total) return std::chrono::nanoseconds(0);
+    std::uint64_t seen = 0;
+    for (std::size_t i = 0; i < gap_bins_.size(); ++i) {
+      seen += gap_bins_[i].load(std::memory_order_acquire);
+      if (2 * seen >= total)
+        return std::chrono::nanoseconds(i + 1 == gap_bins_.size() ? i * gap_bin_ns + gap_bin_ns : i * gap_bin_ns + gap_bin_ns / 2);
+    }
+    return std::chrono::nanoseconds(gap_bins_.size() * gap_bin_ns);
   }
 
   // A call whose devices' arrivals the thread saw (serve_range): their spread, the last.
@@ -800,6 +819,8 @@ class RelayHub {
   std::vector<std::uint32_t> last_stamp_;  // the thread's only, by slot set: its last call served
   std::atomic<std::uint64_t> kernel_count_{0}, kernel_gaps_{0};
   std::atomic<std::int64_t> kernel_ns_[4] = {0, 0, 0, 0};  // publish, wait, copy, gap
+  static constexpr std::uint32_t gap_bin_ns = 250;          // the gaps by 0.25 us, up to 1 ms
+  std::array<std::atomic<std::uint64_t>, 4000> gap_bins_{};
 
   std::mutex release_mutex_;
   std::uint64_t released_ = 0;
