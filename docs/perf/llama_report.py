@@ -45,7 +45,10 @@ BOUND = "decode-bound-h200x2-fb2bc17.txt"
 RIDE = ("decode-ride-h200x2-941446e.txt", "decode-ride-h200x2-67f26f4.txt", "decode-ride-chain-h200x2-402ecba.txt",
         "decode-ride-trace-h200x2-7d7dba0.txt")
 RIDE_CHAIN = "decode-ride-chain-h200x2-402ecba.txt"
-MIXED_RIDE = ("server-mixed-ride-h200x2-7d7dba0.txt", "server-mixed-ride-again-h200x2-7d7dba0.txt")
+MIXED_RIDE = (("E", "server-mixed-ride-h200x2-7d7dba0.txt"), ("F", "server-mixed-ride-again-h200x2-7d7dba0.txt"),
+              ("P2", "server-mixed-turns-h200x2-94fcb1b.txt"))
+# The relay kernels' own clock inside a token and in the chain (docs/design/boundary-parts.md runs P3, P4).
+PARTS = (("P3", "decode-kernel-parts-h200x2-970e50b.txt"), ("P4", "decode-gap-median-h200x2-46ad648.txt"))
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
 import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
@@ -173,6 +176,7 @@ def render():
     blocks.update(render_ride_chain())
     blocks.update(render_ride_targets())
     blocks.update(render_mixed_ride())
+    blocks.update(render_parts())
     blocks.update(render_mixed())
     return blocks
 
@@ -590,16 +594,16 @@ def render_mixed_ride():
     names = {"mixed-none": "one GPU (`-sm none`)", "mixed-tpar": "tpar, the relay riding (default)",
              "mixed-tpar-ride-off": "tpar, the relay in its own command buffers (`TPAR_RELAY_RIDE=0`)"}
     rows, heads = [], []
-    for i, log in enumerate(MIXED_RIDE):
+    for run, log in MIXED_RIDE:
         text = decode_report.read(log)
         st = decode_report.stamp(text)
-        run = chr(ord("E") + i)
         heads.append(f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
                      f"[perf/raw/{log}](perf/raw/{log})")
         for label, seed, (answered, asked, tokens, secs, tps) in mixed_runs(text):
             rows.append(f"| {run} | {names[label]} | {answered} of {asked} | {tokens} | {secs:.2f} |")
     head = ("; ".join(heads) + ". `MIXED_MODES=none,tpar,tpar-ride-off` (E), then `tpar-ride-off,tpar` (F) on the same "
-            "machine, `scripts/gpu-suite.sh env server-mixed`: the traffic of the table above, in the order run.")
+            "machine; `MIXED_MODES=none,tpar,tpar-ride-off,tpar,tpar-ride-off` (P2, another machine); "
+            "`scripts/gpu-suite.sh env server-mixed`: the traffic of the table above, in the order run.")
     table = "\n".join(["| run | mode | requests answered | tokens | seconds for the 16 rounds |", "|---|---|---|---|---|", *rows])
     return {"server-mixed-ride": head + "\n\n" + table}
 
@@ -649,6 +653,95 @@ def render_move():
             f"built the same way, with Debian 12's glslc, which has no cooperative-matrix or integer-dot extensions: upstream's "
             f"matrix-core paths are in neither build. Each ratio is against its own tree's one GPU.")
     return {"move": head + "\n\n" + table + "\n\n" + note}
+
+
+KERNEL_LINE = re.compile(r"a kernel took ([\d.]+) us on the GPU \(([\d.]+) publishing its values, ([\d.]+) waiting for "
+                         r"the sum, ([\d.]+) copying it; mean of (\d+) device parts\), ([\d.]+) us from one kernel's end to "
+                         r"the next's start on a device(?: \(median ([\d.]+)\))?")
+SPREAD_LINE = re.compile(r"the devices' first values came ([\d.]+) us apart")
+
+
+def kernel_parts(text):
+    """{(where, what): (kernel, publish, wait, copy, gap mean, gap median or None, arrivals spread or None)}: where is
+    a llama-bench label (its summary lines) or ("chain-" wiring, bytes) for tpar-bench's relay rows."""
+    out, label, chain, size, spread = {}, None, None, None, None
+    for line in text.splitlines():
+        m = re.match(r"## llama-bench (\S+):", line)
+        if m:
+            label, chain, spread = m.group(1), None, None
+            continue
+        m = re.match(r"## .*tpar-bench .*--chain-wiring (\w+) --algo relay", line)
+        if m:
+            label, chain, spread = None, m.group(1), None
+            continue
+        if line.startswith("##"):
+            label, chain = None, None
+            continue
+        f = line.split()
+        if chain and len(f) == 11 and f[0].isdigit() and f[1] == "relay":
+            size, spread = int(f[0]), None
+            continue
+        m = re.match(r"^\s+(\d+)\s+-\s+no AR\s+([\d.]+)", line)
+        if m and chain:
+            out[(f"no-ar-{chain}", int(m.group(1)))] = float(m.group(2))
+            continue
+        m = SPREAD_LINE.search(line)
+        if m and (label or chain):
+            spread = float(m.group(1))
+            continue
+        m = KERNEL_LINE.search(line)
+        if m and (label or (chain and size)):
+            v = [float(x) for x in m.group(1, 2, 3, 4, 6)]
+            key = (label, None) if label else (f"chain-{chain}", size)
+            out[key] = (*v, float(m.group(7)) if m.group(7) else None, spread)
+    return out
+
+
+def render_parts():
+    """Where a boundary's time goes, from the relay kernels' device clock: the chain against tokens, with free
+    boundaries' per-segment time beside the token rows."""
+    rows, heads = [], []
+    for run, log in PARTS:
+        text = decode_report.read(log)
+        st = decode_report.stamp(text)
+        heads.append(f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
+                     f"[perf/raw/{log}](perf/raw/{log})")
+        parts = kernel_parts(text)
+        b = decode_report.benches(text)
+        for (where, size), v in parts.items():
+            if where.startswith("no-ar-"):
+                continue
+            k, pub, wait, copy, gap, median, spread = v
+            if where.startswith("chain-"):
+                name = f"chain, {kib(size)}, " + ("riding" if where == "chain-ride" else "own command buffers")
+                free = f"{parts[(f'no-ar-{where[6:]}', size)]:.1f}"
+            else:
+                tag = re.sub(r"^tpar2-(auto|ride-off)-", "", where)
+                if not where.startswith(("tpar2-auto-", "tpar2-ride-off-")) or f"tpar2-skip-{tag}" not in b:
+                    continue
+                test, n = ("tg128", 128) if tag.startswith("8b") else ("tg64", 64)
+                calls = calls_per_token(text, where, n, 3)
+                name = {"8b": "8B q8_0", "70b20": "70B shapes, 20 layers", "tiny32": "32 layers, 256 wide"}.get(tag, tag)
+                name += ", " + ("riding" if "-auto-" in where else "own command buffers")
+                free = f"{1e6 / b[f'tpar2-skip-{tag}'][test][0] / calls:.1f}"
+            rows.append(f"| {run} | {name} | {k:.1f} | {pub:.1f} | {wait:.1f} | {copy:.1f} | {gap:.1f}"
+                        f"{f' ({median:.1f})' if median is not None else ''} | {free} | "
+                        f"{f'{spread:.1f}' if spread is not None else '-'} |")
+    head = ("; ".join(heads) + ". P3: `DECODE_CHAIN_ROWS=relay,relay-ride DECODE_SIZES=4K,16K,64K DECODE_MODELS=8b,70b20,tiny "
+            "DECODE_ROWS=auto,ride-off,skip scripts/gpu-suite.sh --tests relay tests decode`; P4: the same with "
+            "`DECODE_CHAIN_ROWS=relay-ride DECODE_SIZES=16K DECODE_MODELS=8b,tiny` and `--tests relay,stream`. The relay "
+            "kernel's work group 0 stamps the device clock at its start, its values published, the sum seen and its copy "
+            "done; the relay thread reads the stamps back (means over every device part of the run, warm-up included). "
+            "\"Between kernels\" is the GPU's time from one relay kernel's end to the next's start on the same device (in "
+            "brackets its median, to 0.25 us): a token's segment of ggml's work with its command buffer's end. \"Free "
+            "boundaries\" is the token's time with `TPAR_GGML_SKIP_ALLREDUCE=1` over its AllReduces: a segment of ggml's "
+            "work with no AllReduce, the host's time between tokens included; for the chain, the invocation's step without the "
+            "AllReduce, each step a vkQueueSubmit of its own (the relay's steps go about ten to one). \"Apart\" is how far apart the two devices' "
+            "first values came, as the relay thread saw them.")
+    table = "\n".join(["| run | where | a relay kernel, us | publishing | waiting for the sum | copying | between kernels "
+                       "(median), us | free boundaries: a segment, us | apart, us |", "|---|---|---|---|---|---|---|---|---|",
+                       *rows])
+    return {"decode-parts": head + "\n\n" + table}
 
 
 def main():
