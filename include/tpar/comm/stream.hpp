@@ -127,6 +127,7 @@ class Stream {
   }
   // Records the waiting call's kernel at this point of `cb`, a command buffer the host is
   // recording and submits to this stream next (nothing else submitted here before it).
+  // The sum is visible to the compute and transfer commands recorded after it in `cb`.
   // `keep`: the host may submit `cb` again later; the returned site (0: none) is what to
   // name to ride_again() before each such submission and to ride_forget() once `cb` is
   // freed. Where no site is free, nothing is recorded and the call goes out in tpar's

@@ -35,7 +35,12 @@ struct RideCall {
 };
 
 // Barrier, the kernel, barrier: ordered after whatever the queue ran before (the partial
-// sums the host wrote) and before whatever the host records after it (reading the sum).
+// sums the host wrote) and before the compute and transfer commands the host records
+// after it (reading the sum). The second barrier names those stages and accesses only:
+// on NVIDIA's driver (580) one to ALL_COMMANDS with MEMORY_READ | MEMORY_WRITE access
+// cost the GPU about 4 us more after the kernel, at every boundary of a decode token
+// (docs/design/boundary-parts.md section 5). A host that reads the sum otherwise (on the
+// CPU, say) orders that itself, as it would after any of its own compute work.
 inline void record_ride_commands(vk::CommandBuffer cb, vk::PipelineLayout layout, vk::Pipeline pipeline,
                                  vk::DescriptorSet set, const KernelArgs& args, std::uint32_t groups) {
   using S = vk::PipelineStageFlagBits;
@@ -48,8 +53,8 @@ inline void record_ride_commands(vk::CommandBuffer cb, vk::PipelineLayout layout
   cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, layout, 0, 1, &set, 0, nullptr);
   cb.pushConstants(layout, vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &args);
   cb.dispatch(groups, 1, 1);
-  const vk::MemoryBarrier after(A::eShaderWrite, A::eMemoryRead | A::eMemoryWrite);
-  cb.pipelineBarrier(S::eComputeShader, S::eAllCommands, {}, 1, &after, 0, nullptr, 0, nullptr);
+  const vk::MemoryBarrier after(A::eShaderWrite, A::eShaderRead | A::eShaderWrite | A::eTransferRead | A::eTransferWrite);
+  cb.pipelineBarrier(S::eComputeShader, stages, {}, 1, &after, 0, nullptr, 0, nullptr);
 }
 
 // One device's sites. `reached(value)`: whether the device's compute timeline reached
