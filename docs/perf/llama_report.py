@@ -42,13 +42,15 @@ MIXED_BOUND = "server-mixed-h200x2-82400b1.txt"
 MIXED_AGAIN = "server-mixed-h200x2-f61e8f8.txt"
 STEADY = "replay-steady-h200x2-5548578.txt"
 BOUND = "decode-bound-h200x2-fb2bc17.txt"
-RIDE = ("decode-ride-h200x2-941446e.txt", "decode-ride-h200x2-67f26f4.txt", "decode-ride-chain-h200x2-402ecba.txt",
-        "decode-ride-trace-h200x2-7d7dba0.txt")
+RIDE = (("A", "decode-ride-h200x2-941446e.txt"), ("B", "decode-ride-h200x2-67f26f4.txt"),
+        ("C", "decode-ride-chain-h200x2-402ecba.txt"), ("D", "decode-ride-trace-h200x2-7d7dba0.txt"),
+        ("P6", "decode-ride-narrow-h200x2-973ae7a.txt"))
 RIDE_CHAIN = "decode-ride-chain-h200x2-402ecba.txt"
 MIXED_RIDE = (("E", "server-mixed-ride-h200x2-7d7dba0.txt"), ("F", "server-mixed-ride-again-h200x2-7d7dba0.txt"),
               ("P2", "server-mixed-turns-h200x2-94fcb1b.txt"))
 # The relay kernels' own clock inside a token and in the chain (docs/design/boundary-parts.md runs P3, P4).
-PARTS = (("P3", "decode-kernel-parts-h200x2-970e50b.txt"), ("P4", "decode-gap-median-h200x2-46ad648.txt"))
+PARTS = (("P3", "decode-kernel-parts-h200x2-970e50b.txt"), ("P4", "decode-gap-median-h200x2-46ad648.txt"),
+         ("P6", "decode-ride-narrow-h200x2-973ae7a.txt"))
 DOCS = ("README.md", "docs/PERFORMANCE.md")
 sys.path.insert(0, HERE)
 import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
@@ -484,11 +486,10 @@ def render_ride():
              "| a boundary's cost, riding / own (us) |",
              "|---|---|---|---|---|---|---|---|---|"]
     heads = []
-    for i, log in enumerate(RIDE):
+    for run, log in RIDE:
         text = decode_report.read(log)
         st = decode_report.stamp(text)
         b = decode_report.benches(text)
-        run = chr(ord("A") + i)
         heads.append(f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
                      f"[perf/raw/{log}](perf/raw/{log})")
         for tag, test, n, name in models:
@@ -509,7 +510,9 @@ def render_ride():
     head = ("; ".join(heads) + ". `DECODE_ROWS=auto,ride-off,skip scripts/gpu-suite.sh env decode` (A: `DECODE_CHAIN=0 "
             "DECODE_MODELS=8b,8b-q4_k_m,70b20,tiny`; B: `DECODE_MODELS=8b,8b-q4_k_m`; C: the chain's run below; D: "
             "`DECODE_CHAIN=0 DECODE_MODELS=8b DECODE_ROWS=auto,ride-off DECODE_TRACE=1 DECODE_TRACE_ROWS=\"relay ride-off\"`, "
-            "with the traces of its design note), llama-bench "
+            "with the traces of its design note; P6, the barrier after the riding kernel narrowed since 973ae7a: "
+            "`DECODE_CHAIN_ROWS=relay-ride DECODE_SIZES=16K DECODE_MODELS=8b,8b-q4_k_m,70b20,tiny` and "
+            "`--tests stream,relay tests` first), llama-bench "
             "`-fa 1 -r 3`, each model's rows back to back, one GPU first and last. A boundary's cost is the token's time less "
             "its time with free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`, wrong results, timing only), over the AllReduces "
             "a token.")
@@ -566,12 +569,12 @@ def render_ride_targets():
     def verdict(ok):
         return "**met**" if ok else "**missed**"
     ratios = {}
-    for i, log in enumerate(RIDE):
+    for run, log in RIDE:
         b = decode_report.benches(decode_report.read(log))
         for tag, test in (("8b", "tg128"), ("8b-q4_k_m", "tg128"), ("70b20", "tg64"), ("tiny32", "tg64")):
             if f"tpar2-auto-{tag}" in b:
                 best = max(b[f"none-{tag}"][test][0], b[f"none2-{tag}"][test][0])
-                ratios.setdefault(tag, []).append((chr(ord("A") + i), b[f"tpar2-auto-{tag}"][test][0] / best))
+                ratios.setdefault(tag, []).append((run, b[f"tpar2-auto-{tag}"][test][0] / best))
 
     def cells(tag):
         return ", ".join(f"{r:.2f}x ({run})" for run, r in ratios[tag])
@@ -721,7 +724,8 @@ def render_parts():
                     continue
                 test, n = ("tg128", 128) if tag.startswith("8b") else ("tg64", 64)
                 calls = calls_per_token(text, where, n, 3)
-                name = {"8b": "8B q8_0", "70b20": "70B shapes, 20 layers", "tiny32": "32 layers, 256 wide"}.get(tag, tag)
+                name = {"8b": "8B q8_0", "8b-q4_k_m": "8B Q4_K_M", "70b20": "70B shapes, 20 layers",
+                        "tiny32": "32 layers, 256 wide"}.get(tag, tag)
                 name += ", " + ("riding" if "-auto-" in where else "own command buffers")
                 free = f"{1e6 / b[f'tpar2-skip-{tag}'][test][0] / calls:.1f}"
             rows.append(f"| {run} | {name} | {k:.1f} | {pub:.1f} | {wait:.1f} | {copy:.1f} | {gap:.1f}"
@@ -729,7 +733,9 @@ def render_parts():
                         f"{f'{spread:.1f}' if spread is not None else '-'} |")
     head = ("; ".join(heads) + ". P3: `DECODE_CHAIN_ROWS=relay,relay-ride DECODE_SIZES=4K,16K,64K DECODE_MODELS=8b,70b20,tiny "
             "DECODE_ROWS=auto,ride-off,skip scripts/gpu-suite.sh --tests relay tests decode`; P4: the same with "
-            "`DECODE_CHAIN_ROWS=relay-ride DECODE_SIZES=16K DECODE_MODELS=8b,tiny` and `--tests relay,stream`. The relay "
+            "`DECODE_CHAIN_ROWS=relay-ride DECODE_SIZES=16K DECODE_MODELS=8b,tiny` and `--tests relay,stream`; P6 (the "
+            "barrier after the riding kernel narrowed, 973ae7a): `DECODE_CHAIN_ROWS=relay-ride DECODE_SIZES=16K "
+            "DECODE_MODELS=8b,8b-q4_k_m,70b20,tiny` and `--tests stream,relay`. The relay "
             "kernel's work group 0 stamps the device clock at its start, its values published, the sum seen and its copy "
             "done; the relay thread reads the stamps back (means over every device part of the run, warm-up included). "
             "\"Between kernels\" is the GPU's time from one relay kernel's end to the next's start on the same device (in "
