@@ -85,13 +85,20 @@ struct RelayStats {
   std::chrono::nanoseconds kernel_gap_median{0};  // of the gaps, to 0.25 us; 1 ms: 1 ms or more
 };
 
+namespace detail {
+// `total` over `n`, in microseconds to one decimal ("9.1").
+inline std::string mean_us(std::chrono::nanoseconds total, std::uint64_t n) {
+  const auto tenths = (total.count() / static_cast<std::int64_t>(n) + 50) / 100;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10);
+}
+}  // namespace detail
+
 // RelayStats' arrivals in words: "the devices' first values came 3.2 us apart (mean of
 // 24000 calls the relay waited for); the last was device 0 in 48%, device 1 in 52%".
 inline std::string relay_arrivals(const RelayStats& r) {
   if (!r.timed_arrivals) return "no call's arrivals timed";
-  const auto tenths = (r.spread.count() / static_cast<std::int64_t>(r.timed_arrivals) + 50) / 100;
-  std::string out = "the devices' first values came " + std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) +
-                    " us apart (mean of " + std::to_string(r.timed_arrivals) + " calls the relay waited for); the last was";
+  std::string out = "the devices' first values came " + detail::mean_us(r.spread, r.timed_arrivals) + " us apart (mean of " +
+                    std::to_string(r.timed_arrivals) + " calls the relay waited for); the last was";
   for (std::size_t d = 0; d < r.last.size(); ++d)
     out += std::string(d ? "," : "") + " device " + std::to_string(d) + " in " +
            std::to_string((r.last[d] * 100 + r.timed_arrivals / 2) / r.timed_arrivals) + "%";
@@ -103,10 +110,7 @@ inline std::string relay_arrivals(const RelayStats& r) {
 // from one kernel's end to the next's start on a device (median 52.1)".
 inline std::string relay_kernel_times(const RelayStats& r) {
   if (!r.kernels) return "no kernel's times read";
-  const auto us = [](std::chrono::nanoseconds t, std::uint64_t n) {
-    const auto tenths = (t.count() / static_cast<std::int64_t>(n) + 50) / 100;
-    return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10);
-  };
+  const auto us = detail::mean_us;
   std::string out = "a kernel took " + us(r.kernel_publish + r.kernel_wait + r.kernel_copy, r.kernels) + " us on the GPU (" +
                     us(r.kernel_publish, r.kernels) + " publishing its values, " + us(r.kernel_wait, r.kernels) +
                     " waiting for the sum, " + us(r.kernel_copy, r.kernels) + " copying it; mean of " + std::to_string(r.kernels) +

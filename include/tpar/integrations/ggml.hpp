@@ -255,15 +255,11 @@ class GgmlComm {
       }
       if (const RelayStats r = comm_->relay_stats(); r.calls) {
         // the host's side of a call: from every device's first values seen to the sum and
-        // flag in every slot (reading the values as they come, summing, writing), in 0.1 us
-        const auto tenths = [&](std::chrono::nanoseconds t) {
-          const auto v = (t.count() / static_cast<std::int64_t>(r.calls) + 50) / 100;
-          return std::to_string(v / 10) + "." + std::to_string(v % 10);
-        };
+        // flag in every slot (reading the values as they come, summing, writing)
         log(LogLevel::info, "ggml comm: the relay served " + std::to_string(r.calls) + " AllReduces, " +
                                 std::to_string(r.split_calls) + " of them in parts by several host threads (TPAR_RELAY_THREADS=" +
                                 std::to_string(comm_->options().relay_threads) + "); a call took its threads " +
-                                tenths(r.serving) + " us from every device's first values to the sum in every slot");
+                                tpar::detail::mean_us(r.serving, r.calls) + " us from every device's first values to the sum in every slot");
         if (r.timed_arrivals) log(LogLevel::info, "ggml comm: " + relay_arrivals(r));
         if (r.kernels) log(LogLevel::info, "ggml comm: the relay's kernels (device clock): " + relay_kernel_times(r));
       }

@@ -184,7 +184,7 @@ class RelayHub {
     // The kernels' own times (the clock variant: work group 0's device clock), summed
     // over device parts: from the kernel's start to its values published, to the sum
     // seen, to its copy done; and from a kernel's end to the next call's start on the same
-    // device (the host's work between two calls), over consecutive calls.
+    // device (the GPU's other work between two calls), over consecutive calls.
     std::uint64_t kernels = 0;
     std::chrono::nanoseconds kernel_publish{0}, kernel_wait{0}, kernel_copy{0};
     std::uint64_t kernel_gaps = 0;
