@@ -22,6 +22,7 @@
 #pragma once
 
 #include <tpar/algo/relay.hpp>
+#include <tpar/comm/call.hpp>
 #include <tpar/comm/detail/relay_sum.hpp>
 #include <tpar/core/log.hpp>
 #include <tpar/staging/host_import.hpp>
@@ -166,31 +167,8 @@ class RelayHub {
     std::uint32_t sites = 0;               // ride sites a device (words after the slot sets)
   };
 
-  struct Stats {
-    std::uint64_t calls = 0;               // calls served
-    std::chrono::nanoseconds cpu{0};       // the threads' CPU time so far (helpers included)
-    std::uint64_t split_calls = 0;         // calls served in more than one part
-    std::chrono::nanoseconds arriving{0};  // summed over calls: handed to the thread -> every device's first values seen
-    std::chrono::nanoseconds serving{0};   // summed over calls: those values seen -> every flag written
-    // The devices' arrival, as the thread saw it, over the calls of two or more
-    // contributing devices it was waiting for before any device's first value came (so
-    // that it saw each come; it looks at the others while it waits for one, and after
-    // summing each device's first chunk, so a device that came while it summed another's
-    // is seen up to that chunk's reading late): their count, the time from the first
-    // device's first value to the last's, summed, and by device the calls it came last.
-    std::uint64_t timed_arrivals = 0;
-    std::chrono::nanoseconds spread{0};
-    std::vector<std::uint64_t> last;
-    // The kernels' own times (the clock variant: work group 0's device clock), summed
-    // over device parts: from the kernel's start to its values published, to the sum
-    // seen, to its copy done; and from a kernel's end to the next call's start on the same
-    // device (the GPU's other work between two calls), over consecutive calls.
-    std::uint64_t kernels = 0;
-    std::chrono::nanoseconds kernel_publish{0}, kernel_wait{0}, kernel_copy{0};
-    std::uint64_t kernel_gaps = 0;
-    std::chrono::nanoseconds kernel_gap{0};
-    std::chrono::nanoseconds kernel_gap_median{0};  // to 0.25 us (gaps of 1 ms and more in one bin)
-  };
+  // What the thread did so far: tpar::RelayStats (comm/call.hpp says what each field is).
+  using Stats = RelayStats;
 
   RelayHub(const DeviceGroup& group, const Config& config, FailureHandler on_failure)
       : n_(group.size()), config_(config), on_failure_(std::move(on_failure)), next_sequence_(config.first_sequence),
@@ -638,7 +616,7 @@ class RelayHub {
     alignas(64) float acc[chunk];
     Backoff backoff;
     const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
-    // Part 0's first chunk: when each contributing device's value `begin` came (Stats::spread).
+    // Part 0's first chunk: when each contributing device's value `begin` came (RelayStats::spread).
     std::uint32_t unseen = 0;
     const auto look = [&] {
       for (std::uint32_t left = unseen; left; left &= left - 1) {
