@@ -476,6 +476,12 @@ def render_bound():
     return {"decode-bound": head + "\n\n" + probe + "\n\n" + models_head + "\n\n" + "\n".join(lines)}
 
 
+def run_head(run, log, st):
+    """A run's label, machine, date and tree, with its raw log, for a block's head."""
+    return (f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
+            f"[perf/raw/{log}](perf/raw/{log})")
+
+
 def render_ride():
     """The relay's kernel riding in ggml-vulkan's command buffers (the default) against its own
     command buffers (TPAR_RELAY_RIDE=0) and free boundaries, one table row per model and run."""
@@ -490,8 +496,7 @@ def render_ride():
         text = decode_report.read(log)
         st = decode_report.stamp(text)
         b = decode_report.benches(text)
-        heads.append(f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
-                     f"[perf/raw/{log}](perf/raw/{log})")
+        heads.append(run_head(run, log, st))
         for tag, test, n, name in models:
             if f"tpar2-auto-{tag}" not in b:
                 continue
@@ -600,8 +605,7 @@ def render_mixed_ride():
     for run, log in MIXED_RIDE:
         text = decode_report.read(log)
         st = decode_report.stamp(text)
-        heads.append(f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
-                     f"[perf/raw/{log}](perf/raw/{log})")
+        heads.append(run_head(run, log, st))
         for label, seed, (answered, asked, tokens, secs, tps) in mixed_runs(text):
             rows.append(f"| {run} | {names[label]} | {answered} of {asked} | {tokens} | {secs:.2f} |")
     head = ("; ".join(heads) + ". `MIXED_MODES=none,tpar,tpar-ride-off` (E), then `tpar-ride-off,tpar` (F) on the same "
@@ -707,8 +711,7 @@ def render_parts():
     for run, log in PARTS:
         text = decode_report.read(log)
         st = decode_report.stamp(text)
-        heads.append(f"run {run}: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, raw "
-                     f"[perf/raw/{log}](perf/raw/{log})")
+        heads.append(run_head(run, log, st))
         parts = kernel_parts(text)
         b = decode_report.benches(text)
         for (where, size), v in parts.items():
