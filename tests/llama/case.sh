@@ -296,6 +296,19 @@ case "$name" in
     [[ -n "$mine" && -n "$eager" ]] || fail "no replay account in the logs"
     [[ $eager -ge 4 && $((4 * mine)) -le $eager ]] ||
       fail "the default recorded $mine subgraphs for replay against the eager rule's $eager: it records what it does not replay"
+    # Two shapes in turn, as a server's slots taking turns make them: llama.cpp builds every
+    # step's graph anew (new uids), and the meta backend's nodes repeat every second build.
+    # Found by their nodes, those subgraphs replay from their third build on, every step's
+    # logits still the fallback's. (Every step is scheduled: a run of equal steps would
+    # reuse its graph and replay by itself.)
+    turns=$(awk 'BEGIN { for (k = 0; k < 24; k++) printf "%s%d:%d", (k ? "," : ""), k, 2 + k % 2 }')
+    RUN_ARGS="--ctx 512 -n 24 --batch-at $turns" run ggml-turns dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
+    RUN_ARGS="--ctx 512 -n 24 --batch-at $turns" run tpar-turns dense.gguf "$pair" tensor TPAR_WIRE=f32
+    check_served tpar-turns 2
+    compare tpar-turns ggml-turns --exact
+    turned=$(sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) subgraphs replayed.*/\1/p' "$dir/tpar-turns.log")
+    echo "tpar-turns: ${turned:-no} subgraphs replayed"
+    [[ ${turned:-0} -gt 0 ]] || fail "tpar-turns: nothing replayed: a graph built anew is not found by its nodes"
     ;;
   server-mixed)
     # llama-server under mixed traffic (scripts/server_load.py --mixed: 1 to several
