@@ -92,6 +92,13 @@
 #             rule) and trace (a host-only trace of 8 mixed steps, traces-mixed.tar.xz;
 #             trace-none one GPU's, trace-skip with free boundaries);
 #             MIXED_ROUNDS, MIXED_SEED and MIXED_MAX_SECONDS (default 480, a mode's bound)
+#   server-steps  llama-server on the 8B shapes, 4 slots: scripts/server_steps.py's
+#             phases (1 to 4 requests at once, long prompts, and at the end 2 requests after
+#             a history of slots used in turn), one server a mode; STEPS_MODES picks some
+#             of none,tpar,skip,oneshot,noreplay (default none,tpar), each also as MODE-reuse
+#             (llama.cpp's graph reuse counted by phase: -v, LLAMA_GRAPH_RESULT_DEBUG=2) or
+#             MODE-trace (the host's spans of 8 steps from STEPS_TRACE_SKIP, default 990;
+#             traces-steps.tar.xz)
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
 #             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
 #             on both devices) and tpar-bench --soak 240 over the pair
@@ -142,7 +149,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server|server-mixed|probes) parts+=("$1"); shift ;;
+    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server|server-mixed|server-steps|probes) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -424,35 +431,53 @@ run_move() {
   done
 }
 
+# One llama-server of model $m in the background (srv_pid, srv_port), its log in
+# $out/server-LABEL.err; false, with the log's tail in the suite's log, where it did not
+# come up: LABEL SPLIT DEVICES SLOTS CONTEXT "SERVER ARGS" ENV...
+server_up() {
+  local label=$1 sm=$2 n=$3 slots=$4 ctx=$5 server_args=$6; shift 6
+  local vis ready=0
+  srv_port=$((20000 + RANDOM % 20000))
+  vis=$(visible "$n")
+  [[ $sm == none ]] && vis=0
+  # shellcheck disable=SC2086
+  env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-server" -m "$m" -ngl 99 -fa on -sm "$sm" -c "$ctx" \
+    -np "$slots" --no-warmup $server_args --host 127.0.0.1 --port "$srv_port" > "$out/server-$label.err" 2>&1 &
+  srv_pid=$!
+  for _ in $(seq 1 600); do
+    python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$srv_port/health', timeout=1)" 2>/dev/null && { ready=1; break; }
+    kill -0 $srv_pid 2>/dev/null || break
+    sleep 0.5
+  done
+  if [[ $ready -ne 1 ]]; then
+    kill $srv_pid 2>/dev/null; tail -20 "$out/server-$label.err" >> "$log"
+    echo "$label: llama-server did not come up" >> "$log"; part_fail "llama-server $label did not come up"; return 1
+  fi
+}
+
+# The server stopped, and tpar's summary lines from its log: LABEL
+server_down() {
+  kill -INT $srv_pid 2>/dev/null; wait $srv_pid 2>/dev/null
+  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|relay.s kernels" "$out/server-$1.err" | sed 's/^/# /' >> "$log" || true
+}
+
 # One llama-server of model $m, then server_load.py's requests into the log (fixed token
 # counts, no grammar; an unanswered or short request is a failure of the mode):
 # LABEL SPLIT DEVICES SLOTS CONTEXT "LOAD ARGS" ENV...
 serve_load() {
   local label=$1 sm=$2 n=$3 slots=$4 ctx=$5 load=$6; shift 6
-  local port=$((20000 + RANDOM % 20000)) vis
+  local vis
   vis=$(visible "$n")
   [[ $sm == none ]] && vis=0
   echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c $ctx -np $slots; server_load.py $load" | relative >> "$log"
-  env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-server" -m "$m" -ngl 99 -fa on -sm "$sm" -c "$ctx" \
-    -np "$slots" --no-warmup --host 127.0.0.1 --port "$port" > "$out/server-$label.err" 2>&1 &
-  local pid=$! ready=0
-  for _ in $(seq 1 600); do
-    python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1)" 2>/dev/null && { ready=1; break; }
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.5
-  done
-  if [[ $ready -ne 1 ]]; then
-    kill $pid 2>/dev/null; tail -20 "$out/server-$label.err" >> "$log"
-    echo "$label: llama-server did not come up" >> "$log"; part_fail "llama-server $label did not come up"; return 0
-  fi
+  server_up "$label" "$sm" "$n" "$slots" "$ctx" "" "$@" || return 0
   # shellcheck disable=SC2086
-  if ! python3 "$root/scripts/server_load.py" --port "$port" --label "$label" --slots "$slots" $load \
+  if ! python3 "$root/scripts/server_load.py" --port "$srv_port" --label "$label" --slots "$slots" $load \
          --out "$out/server-$label.json" >> "$log" 2>&1; then
     part_fail "requests to llama-server $label"
-    kill -0 $pid 2>/dev/null || echo "# llama-server $label exited: $(tail -3 "$out/server-$label.err" | tr '\n' ' ')" >> "$log"
+    kill -0 $srv_pid 2>/dev/null || echo "# llama-server $label exited: $(tail -3 "$out/server-$label.err" | tr '\n' ' ')" >> "$log"
   fi
-  kill -INT $pid 2>/dev/null; wait $pid 2>/dev/null
-  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|relay.s kernels" "$out/server-$label.err" | sed 's/^/# /' >> "$log" || true
+  server_down "$label"
 }
 
 run_server() {
@@ -479,6 +504,46 @@ run_server() {
     part_fail "tpar's texts differ from ggml's (one slot)"
   echo "## server summary ($(basename "$m"), 128 tokens a request)" >> "$log"
   grep -E "^[a-z0-9-]+: ([0-9]+ of [0-9]+ requests answered|llama-server did not come up)" "$log" | sed 's/^/# /' >> "$log"
+}
+
+# A server's decode steps phase by phase (part server-steps): scripts/server_steps.py
+# against llama-server on the 8B shapes, 4 slots, one server a mode.
+run_server_steps() {
+  say "part server-steps"
+  local m mode
+  m=$(model "server-$server_preset" --preset "$server_preset") || return
+  local modes=${STEPS_MODES:-none,tpar}
+  for mode in ${modes//,/ }; do
+    local base=${mode%-reuse} sm=tensor n=2 server_args="" label="steps-$mode" extra=() logarg=()
+    base=${base%-trace}
+    case $base in
+      none) sm=none n=1 ;;
+      tpar) ;;
+      skip) extra=(TPAR_GGML_SKIP_ALLREDUCE=1) ;;
+      oneshot) extra=(TPAR_ALGO=oneshot) ;;
+      noreplay) extra=(GGML_VK_DISABLE_REPLAY=1) ;;
+      *) part_fail "STEPS_MODES: no mode $mode (none, tpar, skip, oneshot, noreplay; each also with -reuse or -trace)"; continue ;;
+    esac
+    # -reuse: llama.cpp's graph reuse checks in the server's log, counted by phase
+    [[ $mode == *-reuse ]] && { extra+=(LLAMA_GRAPH_RESULT_DEBUG=2); server_args=-v; logarg=(--log "$out/server-$label.err"); }
+    # -trace: the host's spans of 8 steps from step STEPS_TRACE_SKIP (default 990: the last phase)
+    [[ $mode == *-trace ]] && extra+=(TPAR_TRACE="$out/trace-$label.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP="${STEPS_TRACE_SKIP:-990}" TPAR_TRACE_SPAN=8)
+    echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$(if [[ $sm == none ]]; then echo 0; else visible 2; fi) ${extra[*]} llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c 16384 -np 4 $server_args; server_steps.py" | relative >> "$log"
+    server_up "$label" "$sm" "$n" 4 16384 "$server_args" "${extra[@]}" || continue
+    python3 "$root/scripts/server_steps.py" --port "$srv_port" --label "$label" "${logarg[@]}" >> "$log" 2>&1 ||
+      part_fail "requests to llama-server $label"
+    server_down "$label"
+    if [[ $mode == *-trace ]]; then
+      if [[ -f "$out/trace-$label.json" ]]; then
+        python3 "$root/scripts/timeline.py" "$out/trace-$label.json" --step all 2>&1 | relative >> "$log"
+      else
+        part_fail "no trace of the steps ($label)"
+      fi
+    fi
+  done
+  if compgen -G "$out/trace-steps-*.json" > /dev/null; then
+    (cd "$out" && tar -cJf traces-steps.tar.xz trace-steps-*.json && rm -f trace-steps-*.json)
+  fi
 }
 
 run_server_mixed() {
@@ -801,6 +866,7 @@ for p in "${parts[@]}"; do
     cuda) run_cuda ;;
     server) run_server ;;
     server-mixed) run_server_mixed ;;
+    server-steps) run_server_steps ;;
     trace) run_trace ;;
     probes) run_probes ;;
   esac
