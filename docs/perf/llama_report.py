@@ -30,8 +30,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RAW = os.path.join(HERE, "raw")
 MOVE = "move-h200x2-d1ea59b.txt"
-GLANCE = "glance-h200x2-cd0cd36.txt"
-SERVER = "server-h200x2-cd0cd36.txt"
+GLANCE = "glance-h200x2-5b869da.txt"
+SERVER = "server-h200x2-5b869da.txt"
+# The same run's decode rows (part decode: 8B at -d 8192 and the 32-layer model, then 8B
+# q8_0, Q4_K_M and the 70B shapes with a token's trace) and its mixed traffic: run Q1 of
+# docs/design/boundary-parts.md, every command on one machine.
+NOW = "decode-now-h200x2-5b869da.txt"
+MIXED_Q1 = "server-mixed-h200x2-5b869da.txt"
+# A server's steps phase by phase (scripts/server_steps.py; runs S1-S3 with its first form
+# before patch 0011, S4 after it) and the mixed traffic after it (another machine).
+STEPS_BEFORE = "server-steps-h200x2-5b869da.txt"
+STEPS_AFTER = "server-steps-h200x2-50628cb.txt"
+MIXED_NOW = "server-mixed-h200x2-50628cb.txt"
 DECODE = "decode-h200x2-1fcf991.txt"
 DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
@@ -107,15 +117,15 @@ def render_first():
              f"{llama} with tpar's patches, one run; each column against one GPU of the same API on the same machine; "
              f"random weights):")
     sm_tpar, sm_none, sm_layer = sv["tpar-4"], sv["none-4"], sv["layer-4"]
-    mx_text = decode_report.read(MIXED_RELAY)
+    mx_text = decode_report.read(MIXED_NOW)
     mx = {l: x for l, seed, x in mixed_runs(mx_text) if seed == 1}  # the last run of each mode
-    mx_tpar, mx_none, mx_layer = mx["mixed-tpar"], mx["mixed-none"], mx["mixed-layer"]
+    mx_tpar, mx_none = mx["mixed-tpar"], mx["mixed-none"]
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
               f"Under mixed traffic (1 to 10 requests at once, prompts of 3 to 400 words, 8 to 256 tokens; "
-              f"{mx_none[1]} requests, {decode_report.stamp(mx_text)['date']}, 2 {gpu}s): tpar {mx_tpar[3]:.1f} s, `-sm layer` "
-              f"{mx_layer[3]:.1f} s, one GPU {mx_none[3]:.1f} s ({mx_none[3] / mx_tpar[3]:.2f}x).")
+              f"{mx_none[1]} requests; tree {decode_report.stamp(mx_text)['tree']}, with patch 0011, on another machine of "
+              f"the kind): tpar {mx_tpar[3]:.1f} s, one GPU {mx_none[3]:.1f} s ({mx_none[3] / mx_tpar[3]:.2f}x).")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
 
@@ -131,21 +141,30 @@ def render_first():
 
     def span(lo, hi):
         return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
+
+    def level(lo, hi):
+        """How a stream's decode stands against one GPU's, in words."""
+        if lo >= 1.005:
+            return "faster than on one GPU"
+        if hi < 0.995:
+            return "slower than on one GPU"
+        return "about as fast as on one GPU"
     c8 = b["cuda2-nccl-p2p-off-8b"]["tg128"][0] / b["cuda-none-8b"]["tg128"][0]
     c70 = b["cuda2-nccl-p2p-off-70b20"]["tg64"][0] / b["cuda-none-70b20"]["tg64"][0]
-    bt = decode_report.read(BOUND)
-    bb = decode_report.benches(bt)
-    bound_8b = bb["tpar2-skip-8b"]["tg128"][0] / max(bb["none-8b"]["tg128"][0], bb["none2-8b"]["tg128"][0])
+    now = now_ratios()
+    bound_8b = now["8b"]["skip"]
     verdict = (f"**So:** for a large model (the 70B shapes) `-sm tensor` with tpar beats one GPU and `-sm layer` for the "
-               f"prompt ({min(v[0] for v in big):.2f}-{max(v[0] for v in big):.2f}x) and for generation "
-               f"({min(v[1] for v in big):.2f}-{max(v[1] for v in big):.2f}x); for an 8B model it is faster for the prompt "
-               f"({min(v[0] for v in small):.2f}-{max(v[0] for v in small):.2f}x) and for a server whose users' requests run "
-               f"together, but on two GPUs one stream decodes slower than on one GPU ({min(v[1] for v in small):.2f}-"
-               f"{max(v[1] for v in small):.2f}x; on four GPUs it decodes at {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server "
-               f"under mixed traffic serves "
-               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate. What holds decode back is the AllReduce's cost inside "
-               f"the token, not each GPU's share of the work: with the AllReduce skipped (timing only) two GPUs decode the 8B "
-               f"shapes at {bound_8b:.2f}x one GPU (docs/design/token-bound.md). CUDA with "
+               f"prompt ({span(min(v[0] for v in big), max(v[0] for v in big))}) and for generation "
+               f"({span(min(v[1] for v in big), max(v[1] for v in big))}); for an 8B model it is faster for the prompt "
+               f"({span(min(v[0] for v in small), max(v[0] for v in small))}) and for a server whose users' requests run "
+               f"together, while one stream decodes {level(min(v[1] for v in small), max(v[1] for v in small))} "
+               f"({span(min(v[1] for v in small), max(v[1] for v in small))}; the decode-only rows of the same run: "
+               f"{span(min(now['8b']['auto'], now['8b-q4_k_m']['auto']), max(now['8b']['auto'], now['8b-q4_k_m']['auto']))}; "
+               f"on four GPUs {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server under mixed traffic serves "
+               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate. With the AllReduce skipped (timing only) two GPUs decode "
+               f"the 8B shapes at {bound_8b:.2f}x one GPU in the same run: the rest of the gap is the AllReduce's cost inside "
+               f"the token, and the gap from there to 2x is each GPU's own share, which at 8B sizes is set by ggml's "
+               f"dispatches more than by its bytes (docs/design/token-bound.md). CUDA with "
                f"NCCL staged through host memory, as tpar must be, decodes these Q8_0 models at {c8:.2f}x and {c70:.2f}x of "
                f"its one GPU on the same machine: tpar is {'at or above' if small[0][1] >= c8 and big[0][1] >= c70 else 'below'} "
                f"CUDA's ratios ({small[0][1]:.2f}x and {big[0][1]:.2f}x). CUDA was timed on the Q8_0 models only.")
@@ -179,6 +198,8 @@ def render():
     blocks.update(render_ride_targets())
     blocks.update(render_mixed_ride())
     blocks.update(render_parts())
+    blocks.update(render_now())
+    blocks.update(render_steps())
     blocks.update(render_mixed())
     return blocks
 
@@ -563,7 +584,8 @@ def render_ride_chain():
 
 
 def render_ride_targets():
-    """Issue targets against the ride's runs: the chain's 16 KiB boundary, and decode against one GPU per model."""
+    """The boundary issue's targets: the chain's 16 KiB boundary (run C), and decode and prefill against one GPU
+    from run Q1 (today's tree, one machine), with the ride's earlier runs in brackets."""
     text = decode_report.read(RIDE_CHAIN)
     ch = decode_chains(text)
     nc = nccl_chains(text)
@@ -573,26 +595,30 @@ def render_ride_targets():
 
     def verdict(ok):
         return "**met**" if ok else "**missed**"
-    ratios = {}
+    earlier = {}
     for run, log in RIDE:
         b = decode_report.benches(decode_report.read(log))
         for tag, test in (("8b", "tg128"), ("8b-q4_k_m", "tg128"), ("70b20", "tg64"), ("tiny32", "tg64")):
             if f"tpar2-auto-{tag}" in b:
                 best = max(b[f"none-{tag}"][test][0], b[f"none2-{tag}"][test][0])
-                ratios.setdefault(tag, []).append((run, b[f"tpar2-auto-{tag}"][test][0] / best))
+                earlier.setdefault(tag, []).append(f"{b[f'tpar2-auto-{tag}'][test][0] / best:.2f}x in {run}")
+    now = now_ratios()
 
-    def cells(tag):
-        return ", ".join(f"{r:.2f}x ({run})" for run, r in ratios[tag])
+    def cell(tag, goal):
+        r = now[tag]["auto"]
+        before = f" (before: {', '.join(earlier[tag])})" if tag in earlier else ""
+        return f"{r:.2f}x in Q1{before}: {verdict(r >= goal)}"
+    pp = now_prefill()
     lines = [
-        f"- Chain boundary at 16 KiB with 58 MiB of weights ≤ 15 us: {ride:.1f} us riding: {verdict(ride <= 15)}; at or below "
-        f"NCCL's graph in the same run: {with_w:.1f} us with the weights ({verdict(ride <= with_w)}), {without:.1f} without "
-        f"({verdict(ride <= without)}).",
-        f"- 8B tg128 ≥ 1.05x one GPU: {cells('8b')}: {verdict(min(r for _, r in ratios['8b']) >= 1.05)}. Q4_K_M the same: "
-        f"{cells('8b-q4_k_m')}: {verdict(min(r for _, r in ratios['8b-q4_k_m']) >= 1.05)}.",
-        f"- 70B shapes (20 layers) ≥ 1.50x: {cells('70b20')}: {verdict(min(r for _, r in ratios['70b20']) >= 1.5)}.",
-        f"- The 32-layer, 256-wide model ≥ 0.75x: {cells('tiny32')}: {verdict(min(r for _, r in ratios['tiny32']) >= 0.75)}.",
-        "- 8B at `-d 8192` ≥ 1.0x and pp512 not below 1.6x: not run with the ride (its calls are the relay's, 64 KiB and "
-        "less; prefill's are not).",
+        f"- Chain boundary at 16 KiB with 58 MiB of weights ≤ 15 us: {ride:.1f} us riding (run C): {verdict(ride <= 15)}; at "
+        f"or below NCCL's graph in the same run: {with_w:.1f} us with the weights ({verdict(ride <= with_w)}), {without:.1f} "
+        f"without ({verdict(ride <= without)}).",
+        f"- 8B tg128 ≥ 1.05x one GPU: {cell('8b', 1.05)}. Q4_K_M the same: {cell('8b-q4_k_m', 1.05)}.",
+        f"- 8B at `-d 8192` ≥ 1.0x: {cell('8b-d8192', 1.0)}.",
+        f"- 70B shapes (20 layers) ≥ 1.50x: {cell('70b20', 1.5)}.",
+        f"- The 32-layer, 256-wide model ≥ 0.75x: {cell('tiny32', 0.75)}.",
+        f"- pp512 not below 1.6x: {', '.join(f'{r:.2f}x' for _, r in pp)} (8B Q8_0, Q4_K_M; 70B shapes Q8_0, Q4_K_M) in Q1: "
+        f"{verdict(min(r for _, r in pp) >= 1.6)}.",
     ]
     return {"decode-ride-targets": "\n".join(lines)}
 
@@ -751,6 +777,131 @@ def render_parts():
                        "(median), us | free boundaries: a segment, us | apart, us |", "|---|---|---|---|---|---|---|---|---|",
                        *rows])
     return {"decode-parts": head + "\n\n" + table}
+
+NOW_MODELS = (("8b", "tg128", "Llama-3-8B shapes, Q8_0, tg128"), ("8b-q4_k_m", "tg128", "the same, Q4_K_M"),
+              ("8b-d8192", "tg128 @ d8192", "8B Q8_0 at `-d 8192`, tg128"),
+              ("70b20", "tg64", "70B shapes (20 layers), Q8_0, tg64"),
+              ("tiny32", "tg64", "32 layers x 256 wide, F16, tg64 (the host's token)"))
+
+
+def now_ratios():
+    """{tag: {row: rate against the better of the one-GPU rows}} of the decode rows of run Q1."""
+    b = decode_report.benches(decode_report.read(NOW))
+    out = {}
+    for tag, test, _ in NOW_MODELS:
+        one = max(b[f"none-{tag}"][test][0], b[f"none2-{tag}"][test][0])
+        out[tag] = {row: b[f"tpar2-{row}-{tag}"][test][0] / one for row in ("auto", "oneshot", "skip")}
+    return out
+
+
+def now_prefill():
+    """[(name, tpar pp512 against one GPU's)] from run Q1's move rows."""
+    g = decode_report.benches(decode_report.read(GLANCE))
+    return [(f"{name}, {tyname}", g[f"move-new-tpar2-{tag}-{ty}"]["pp512"][0] / g[f"move-new-none-{tag}-{ty}"]["pp512"][0])
+            for tag, name in MODELS for ty, tyname in TYPES]
+
+
+def render_now():
+    """The decode table of the boundary's issue, today's tree, one run on one machine: OneShot (the path before)
+    against the automatic choice (the relay riding), free boundaries, CUDA's ratio from the same run."""
+    text = decode_report.read(NOW)
+    st = decode_report.stamp(text)
+    b = decode_report.benches(text)
+    g = decode_report.benches(decode_report.read(GLANCE))
+    rows = []
+    for tag, test, name in NOW_MODELS:
+        one, one2 = b[f"none-{tag}"][test][0], b[f"none2-{tag}"][test][0]
+        best = max(one, one2)
+        auto, oneshot, skip = (b[f"tpar2-{row}-{tag}"][test] for row in ("auto", "oneshot", "skip"))
+        cuda = ""
+        if tag in ("8b", "70b20"):
+            cuda = f"{g[f'cuda2-nccl-p2p-off-{tag}'][test][0] / g[f'cuda-none-{tag}'][test][0]:.2f}x"
+        rows.append(f"| {name} | {one:.1f} / {one2:.1f} | {oneshot[0]:.1f} ± {oneshot[1]:.1f} ({oneshot[0] / best:.2f}x) "
+                    f"| {auto[0]:.1f} ± {auto[1]:.1f} (**{auto[0] / best:.2f}x**) | {skip[0]:.1f} ({skip[0] / best:.2f}x) "
+                    f"| {cuda} |")
+    pp = "; ".join(f"{name} {r:.2f}x" for name, r in now_prefill())
+    head = (f"run Q1: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']}, one machine, "
+            f"commands back to back: `scripts/gpu-suite.sh env cuda`, `server`, `MOVE_TREES=new ... move`, then "
+            f"`DECODE_CHAIN=0 DECODE_ROWS=auto,oneshot,skip ... decode` with `DECODE_MODELS=8b-d8192,tiny` and "
+            f"`DECODE_MODELS=8b,8b-q4_k_m,70b20 DECODE_TRACE=1 DECODE_TRACE_ROWS=relay`; raw "
+            f"[perf/raw/{NOW}](perf/raw/{NOW}) and [perf/raw/{GLANCE}](perf/raw/{GLANCE}) (CUDA and prefill). llama-bench "
+            f"`-fa 1 -r 3`, t/s ± the spread of the three repetitions; each model's rows back to back, one GPU first and "
+            f"last, each ratio against the better of the two. OneShot (`TPAR_ALGO=oneshot`) is the decode path before "
+            f"the relay; the automatic choice takes the relay, riding in ggml-vulkan's command buffers, for these calls. "
+            f"\"Free boundaries\" skips every AllReduce (`TPAR_GGML_SKIP_ALLREDUCE=1`, wrong results, timing only): the "
+            f"token's bound. CUDA: ggml-cuda's `-sm tensor` with NCCL through host memory (`NCCL_P2P_DISABLE=1`) against "
+            f"ggml-cuda on one GPU, part cuda of the same run.")
+    table = "\n".join(["| model | one GPU, first / last (t/s) | OneShot, the path before | tpar now: the relay riding "
+                        "(default) | free boundaries | CUDA `-sm tensor` over host memory |", "|---|---|---|---|---|---|",
+                        *rows])
+    return {"decode-now": head + "\n\n" + table + f"\n\nPrefill in the same run (pp512, tpar against one GPU): {pp}."}
+
+
+
+STEP_LINE = re.compile(r"^(\S+) (.+?): ([\d.]+) s, (\d+) tokens, per request t/s ([\d.]+(?:, [\d.]+)*)")
+
+
+def steps_phases(text):
+    """{(label, phase): [(seconds, [per request t/s])], in the order run} from server_steps.py's lines."""
+    out = {}
+    for line in text.splitlines():
+        m = STEP_LINE.match(line)
+        if m:
+            out.setdefault((m.group(1), m.group(2)), []).append((float(m.group(3)), [float(x) for x in m.group(5).split(", ")]))
+    return out
+
+
+def steps_trace(text, header):
+    """(step us, graph_compute us) of the first summary after the section header `header` (a trace's --step all)."""
+    sec = text.split(header, 1)[1]
+    return (float(re.search(r'"step_us": ([\d.]+)', sec).group(1)),
+            float(re.search(r'"graph_compute": ([\d.]+)', sec).group(1)))
+
+
+def render_steps():
+    """A server's decode steps before and after patch 0011, and the mixed traffic after it."""
+    bt, at = decode_report.read(STEPS_BEFORE), decode_report.read(STEPS_AFTER)
+    b, a = steps_phases(bt), steps_phases(at)
+    phases = (("1 at once x128", 0, "1 at once x128"), ("2 at once x128", 0, "2 at once x128"),
+              ("3 at once x128", 0, "3 at once x128"), ("4 at once x128", 0, "4 at once x128"),
+              ("3 at once x256", -1, "3 at once x256, after long prompts"),
+              ("2 at once x128", -1, "2 at once x128, the last phase"))
+    rows = []
+    for ph, k, name in phases:
+        cells = []
+        for src, label in ((b, "none"), (b, "tpar"), (b, "skip"), (a, "steps-none"), (a, "steps-tpar")):
+            sec, rates = src[(label, ph)][k]
+            cells.append(f"{sec:.2f} ({rates[0]:.0f})")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    differ = re.findall(r"^reuse 2 at once x128: .*params differ (\d+)", bt[bt.rindex("## reuse:"):], re.M)[-1]
+    tb = steps_trace(bt, "## trace: TPAR_TRACE=trace.json TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP=990")
+    ta = steps_trace(at, "## llama-server steps-tpar-trace:")
+    sb, sa = decode_report.stamp(bt), decode_report.stamp(at)
+    mq, mn = ({l: x for l, seed, x in mixed_runs(decode_report.read(f)) if seed == 1} for f in (MIXED_Q1, MIXED_NOW))
+    head = (f"Runs S1-S3 (before patch 0011; tree {sb['tree']}, the first form of `scripts/server_steps.py`, raw "
+            f"[perf/raw/{STEPS_BEFORE}](perf/raw/{STEPS_BEFORE})) and S4 (after it; tree {sa['tree']}, "
+            f"`STEPS_MODES=none,tpar scripts/gpu-suite.sh server-steps`, raw [perf/raw/{STEPS_AFTER}](perf/raw/{STEPS_AFTER})), "
+            f"{sa['n']} × {sa['gpu']} (driver {sa['driver']}), {sa['date']}, machines of the kind started afresh. llama-server "
+            f"on the 8B shapes (Q8_0), 4 slots, `-c 16384`; each phase's requests at once, greedy, 8-word prompts; seconds "
+            f"for the phase, in brackets the first request's t/s. Free boundaries: `TPAR_GGML_SKIP_ALLREDUCE=1` (timing "
+            f"only).")
+    table = "\n".join(["| phase | one GPU, S1 | tpar, S1 | free boundaries, S1 | one GPU, S4 | tpar, S4 (patch 0011) |",
+                        "|---|---|---|---|---|---|", *rows])
+    note = (f"In the last phase the two requests sit in slots 0 and 3. With the default KV cache (a stream a sequence) "
+            f"llama.cpp runs such a step as one ubatch a slot and builds each ubatch's graph anew ({differ} of "
+            f"the phase's builds found the graph before incompatible, S3, `LLAMA_GRAPH_RESULT_DEBUG=2`), so every mode pays "
+            f"two passes a step, and before patch 0011 `-sm tensor` also recorded every subgraph anew: the host's "
+            f"`graph_compute` took {tb[1] / 1000:.1f} ms of a {tb[0] / 1000:.1f} ms step (S2, eight steps traced from "
+            f"step 990, host spans only), against {ta[1] / 1000:.2f} ms of {ta[0] / 1000:.1f} ms with the patch (S4). "
+            f"Which slots a phase's requests take is the server's choice as they arrive, so a phase splits in one server "
+            f"and not in another: three at once ran {b[('tpar', '3 at once x128')][0][0]:.2f} s in S1's tpar server and "
+            f"{a[('steps-tpar', '3 at once x128')][0][0]:.2f} s in S4's (not traced; one GPU "
+            f"{a[('steps-none', '3 at once x128')][0][0]:.2f} s there). "
+            f"The mixed traffic of the table above, 16 rounds: one GPU {mq['mixed-none'][3]:.2f} s and tpar "
+            f"{mq['mixed-tpar'][3]:.2f} s before the patch (run Q1, [raw](perf/raw/{MIXED_Q1})); one GPU "
+            f"{mn['mixed-none'][3]:.2f} s and tpar {mn['mixed-tpar'][3]:.2f} s after it (S4's machine, "
+            f"[raw](perf/raw/{MIXED_NOW})); every request answered in each.")
+    return {"server-steps": head + "\n\n" + table + "\n\n" + note}
 
 
 def main():
