@@ -432,14 +432,16 @@ run_move() {
 }
 
 # One llama-server of model $m in the background (srv_pid, srv_port), its log in
-# $out/server-LABEL.err; false, with the log's tail in the suite's log, where it did not
-# come up: LABEL SPLIT DEVICES SLOTS CONTEXT "SERVER ARGS" ENV...
+# $out/server-LABEL.err, its command as a section head in the suite's log (CLIENT: what
+# talks to it); false, with the log's tail in the suite's log, where it did not come up:
+# LABEL SPLIT DEVICES SLOTS CONTEXT "SERVER ARGS" CLIENT ENV...
 server_up() {
-  local label=$1 sm=$2 n=$3 slots=$4 ctx=$5 server_args=$6; shift 6
+  local label=$1 sm=$2 n=$3 slots=$4 ctx=$5 server_args=$6 client=$7; shift 7
   local vis ready=0
   srv_port=$((20000 + RANDOM % 20000))
   vis=$(visible "$n")
   [[ $sm == none ]] && vis=0
+  echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c $ctx -np $slots${server_args:+ $server_args}; $client" | relative >> "$log"
   # shellcheck disable=SC2086
   env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-server" -m "$m" -ngl 99 -fa on -sm "$sm" -c "$ctx" \
     -np "$slots" --no-warmup $server_args --host 127.0.0.1 --port "$srv_port" > "$out/server-$label.err" 2>&1 &
@@ -466,11 +468,7 @@ server_down() {
 # LABEL SPLIT DEVICES SLOTS CONTEXT "LOAD ARGS" ENV...
 serve_load() {
   local label=$1 sm=$2 n=$3 slots=$4 ctx=$5 load=$6; shift 6
-  local vis
-  vis=$(visible "$n")
-  [[ $sm == none ]] && vis=0
-  echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c $ctx -np $slots; server_load.py $load" | relative >> "$log"
-  server_up "$label" "$sm" "$n" "$slots" "$ctx" "" "$@" || return 0
+  server_up "$label" "$sm" "$n" "$slots" "$ctx" "" "server_load.py $load" "$@" || return 0
   # shellcheck disable=SC2086
   if ! python3 "$root/scripts/server_load.py" --port "$srv_port" --label "$label" --slots "$slots" $load \
          --out "$out/server-$label.json" >> "$log" 2>&1; then
@@ -528,8 +526,7 @@ run_server_steps() {
     [[ $mode == *-reuse ]] && { extra+=(LLAMA_GRAPH_RESULT_DEBUG=2); server_args=-v; logarg=(--log "$out/server-$label.err"); }
     # -trace: the host's spans of 8 steps from step STEPS_TRACE_SKIP (default 990: the last phase)
     [[ $mode == *-trace ]] && extra+=(TPAR_TRACE="$out/trace-$label.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP="${STEPS_TRACE_SKIP:-990}" TPAR_TRACE_SPAN=8)
-    echo "## llama-server $label: GGML_VK_VISIBLE_DEVICES=$(if [[ $sm == none ]]; then echo 0; else visible 2; fi) ${extra[*]} llama-server -m $(basename "$m") -ngl 99 -fa on -sm $sm -c 16384 -np 4 $server_args; server_steps.py" | relative >> "$log"
-    server_up "$label" "$sm" "$n" 4 16384 "$server_args" "${extra[@]}" || continue
+    server_up "$label" "$sm" "$n" 4 16384 "$server_args" server_steps.py "${extra[@]}" || continue
     python3 "$root/scripts/server_steps.py" --port "$srv_port" --label "$label" "${logarg[@]}" >> "$log" 2>&1 ||
       part_fail "requests to llama-server $label"
     server_down "$label"
