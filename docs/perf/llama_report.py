@@ -38,7 +38,8 @@ SERVER = "server-h200x2-5b869da.txt"
 NOW = "decode-now-h200x2-5b869da.txt"
 MIXED_Q1 = "server-mixed-h200x2-5b869da.txt"
 # A server's steps phase by phase (scripts/server_steps.py; runs S1-S3 with its first form
-# before patch 0011, S4 after it) and the mixed traffic after it (another machine).
+# without patch 0011, S4 with it) and the mixed traffic with it (another machine). The patch
+# was withdrawn: with it, a llama-server on lavapipe crashed (docs/design/server-mixed.md).
 STEPS_BEFORE = "server-steps-h200x2-5b869da.txt"
 STEPS_AFTER = "server-steps-h200x2-50628cb.txt"
 MIXED_NOW = "server-mixed-h200x2-50628cb.txt"
@@ -117,15 +118,15 @@ def render_first():
              f"{llama} with tpar's patches, one run; each column against one GPU of the same API on the same machine; "
              f"random weights):")
     sm_tpar, sm_none, sm_layer = sv["tpar-4"], sv["none-4"], sv["layer-4"]
-    mx_text = decode_report.read(MIXED_NOW)
+    mx_text = decode_report.read(MIXED_Q1)
     mx = {l: x for l, seed, x in mixed_runs(mx_text) if seed == 1}  # the last run of each mode
     mx_tpar, mx_none = mx["mixed-tpar"], mx["mixed-none"]
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
               f"Under mixed traffic (1 to 10 requests at once, prompts of 3 to 400 words, 8 to 256 tokens; "
-              f"{mx_none[1]} requests; tree {decode_report.stamp(mx_text)['tree']}, with patch 0011, on another machine of "
-              f"the kind): tpar {mx_tpar[3]:.1f} s, one GPU {mx_none[3]:.1f} s ({mx_none[3] / mx_tpar[3]:.2f}x).")
+              f"{mx_none[1]} requests, same machine): tpar {mx_tpar[3]:.1f} s, one GPU {mx_none[3]:.1f} s "
+              f"({mx_none[3] / mx_tpar[3]:.2f}x).")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
 
@@ -859,7 +860,7 @@ def steps_trace(text, header):
 
 
 def render_steps():
-    """A server's decode steps before and after patch 0011, and the mixed traffic after it."""
+    """A server's decode steps without and with patch 0011 (tried, withdrawn), and the mixed traffic with it."""
     bt, at = decode_report.read(STEPS_BEFORE), decode_report.read(STEPS_AFTER)
     b, a = steps_phases(bt), steps_phases(at)
     phases = (("1 at once x128", 0, "1 at once x128"), ("2 at once x128", 0, "2 at once x128"),
@@ -878,28 +879,32 @@ def render_steps():
     ta = steps_trace(at, "## llama-server steps-tpar-trace:")
     sb, sa = decode_report.stamp(bt), decode_report.stamp(at)
     mq, mn = ({l: x for l, seed, x in mixed_runs(decode_report.read(f)) if seed == 1} for f in (MIXED_Q1, MIXED_NOW))
-    head = (f"Runs S1-S3 (before patch 0011; tree {sb['tree']}, the first form of `scripts/server_steps.py`, raw "
-            f"[perf/raw/{STEPS_BEFORE}](perf/raw/{STEPS_BEFORE})) and S4 (after it; tree {sa['tree']}, "
+    head = (f"Runs S1-S3 (without patch 0011; tree {sb['tree']}, the first form of `scripts/server_steps.py`, raw "
+            f"[perf/raw/{STEPS_BEFORE}](perf/raw/{STEPS_BEFORE})) and S4 (with it, a bundle of tree {sa['tree']}; the patch "
+            f"is withdrawn since, see below; "
             f"`STEPS_MODES=none,tpar scripts/gpu-suite.sh server-steps`, raw [perf/raw/{STEPS_AFTER}](perf/raw/{STEPS_AFTER})), "
             f"{sa['n']} × {sa['gpu']} (driver {sa['driver']}), {sa['date']}, machines of the kind started afresh. llama-server "
             f"on the 8B shapes (Q8_0), 4 slots, `-c 16384`; each phase's requests at once, greedy, 8-word prompts; seconds "
             f"for the phase, in brackets the first request's t/s. Free boundaries: `TPAR_GGML_SKIP_ALLREDUCE=1` (timing "
             f"only).")
-    table = "\n".join(["| phase | one GPU, S1 | tpar, S1 | free boundaries, S1 | one GPU, S4 | tpar, S4 (patch 0011) |",
+    table = "\n".join(["| phase | one GPU, S1 | tpar, S1 | free boundaries, S1 | one GPU, S4 | tpar, S4 (patch 0011, withdrawn) |",
                         "|---|---|---|---|---|---|", *rows])
     note = (f"In the last phase the two requests sit in slots 0 and 3. With the default KV cache (a stream a sequence) "
             f"llama.cpp runs such a step as one ubatch a slot and builds each ubatch's graph anew ({differ} of "
             f"the phase's builds found the graph before incompatible, S3, `LLAMA_GRAPH_RESULT_DEBUG=2`), so every mode pays "
-            f"two passes a step, and before patch 0011 `-sm tensor` also recorded every subgraph anew: the host's "
+            f"two passes a step, and `-sm tensor` also records every subgraph anew: the host's "
             f"`graph_compute` took {tb[1] / 1000:.1f} ms of a {tb[0] / 1000:.1f} ms step (S2, eight steps traced from "
-            f"step 990, host spans only), against {ta[1] / 1000:.2f} ms of {ta[0] / 1000:.1f} ms with the patch (S4). "
+            f"step 990, host spans only), against {ta[1] / 1000:.2f} ms of {ta[0] / 1000:.1f} ms with patch 0011, which "
+            f"found a recording by its subgraph's nodes instead of the graph's uid (S4). The patch is withdrawn: with it a "
+            f"llama-server on lavapipe (two devices of one) crashed in lavapipe's queue thread after a phase of long "
+            f"prompts, where without it the same requests ran clean; the cause is not found. "
             f"Which slots a phase's requests take is the server's choice as they arrive, so a phase splits in one server "
             f"and not in another: three at once ran {b[('tpar', '3 at once x128')][0][0]:.2f} s in S1's tpar server and "
             f"{a[('steps-tpar', '3 at once x128')][0][0]:.2f} s in S4's (not traced; one GPU "
             f"{a[('steps-none', '3 at once x128')][0][0]:.2f} s there). "
             f"The mixed traffic of the table above, 16 rounds: one GPU {mq['mixed-none'][3]:.2f} s and tpar "
-            f"{mq['mixed-tpar'][3]:.2f} s before the patch (run Q1, [raw](perf/raw/{MIXED_Q1})); one GPU "
-            f"{mn['mixed-none'][3]:.2f} s and tpar {mn['mixed-tpar'][3]:.2f} s after it (S4's machine, "
+            f"{mq['mixed-tpar'][3]:.2f} s without the patch (run Q1, [raw](perf/raw/{MIXED_Q1})); one GPU "
+            f"{mn['mixed-none'][3]:.2f} s and tpar {mn['mixed-tpar'][3]:.2f} s with it (S4's machine, "
             f"[raw](perf/raw/{MIXED_NOW})); every request answered in each.")
     return {"server-steps": head + "\n\n" + table + "\n\n" + note}
 
