@@ -90,12 +90,15 @@
 #             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
 #             rule) and trace (a host-only trace of 8 mixed steps, traces-mixed.tar.xz;
-#             trace-none one GPU's, trace-skip with free boundaries);
+#             trace-none one GPU's, trace-skip with free boundaries); none, layer, tpar,
+#             tpar-noreplay and ggml also as MODE-kvu (--kv-unified: one KV cache for all
+#             slots, llama-server's default where -np is not given);
 #             MIXED_ROUNDS, MIXED_SEED and MIXED_MAX_SECONDS (default 480, a mode's bound)
 #   server-steps  llama-server on the 8B shapes, 4 slots: scripts/server_steps.py's
 #             phases (1 to 4 requests at once, long prompts, and at the end 2 requests after
 #             a history of slots used in turn), one server a mode; STEPS_MODES picks some
-#             of none,tpar,skip,oneshot,noreplay (default none,tpar), each also as MODE-reuse
+#             of none,tpar,skip,oneshot,noreplay (default none,tpar), each also as MODE-kvu
+#             (--kv-unified), and either of them as MODE-reuse
 #             (llama.cpp's graph reuse counted by phase: -v, LLAMA_GRAPH_RESULT_DEBUG=2) or
 #             MODE-trace (the host's spans of 8 steps from STEPS_TRACE_SKIP, default 990;
 #             traces-steps.tar.xz)
@@ -465,10 +468,10 @@ server_down() {
 
 # One llama-server of model $m, then server_load.py's requests into the log (fixed token
 # counts, no grammar; an unanswered or short request is a failure of the mode):
-# LABEL SPLIT DEVICES SLOTS CONTEXT "LOAD ARGS" ENV...
+# LABEL SPLIT DEVICES SLOTS CONTEXT "LOAD ARGS" ENV... ($srv_args: more llama-server options)
 serve_load() {
   local label=$1 sm=$2 n=$3 slots=$4 ctx=$5 load=$6; shift 6
-  server_up "$label" "$sm" "$n" "$slots" "$ctx" "" "server_load.py $load" "$@" || return 0
+  server_up "$label" "$sm" "$n" "$slots" "$ctx" "${srv_args:-}" "server_load.py $load" "$@" || return 0
   # shellcheck disable=SC2086
   if ! python3 "$root/scripts/server_load.py" --port "$srv_port" --label "$label" --slots "$slots" $load \
          --out "$out/server-$label.json" >> "$log" 2>&1; then
@@ -514,16 +517,18 @@ run_server_steps() {
   for mode in ${modes//,/ }; do
     local base=${mode%-reuse} sm=tensor n=2 server_args="" label="steps-$mode" extra=() logarg=()
     base=${base%-trace}
+    # -kvu: one KV cache for all slots (llama-server's default where -np is not given)
+    [[ $base == *-kvu ]] && { base=${base%-kvu}; server_args=--kv-unified; }
     case $base in
       none) sm=none n=1 ;;
       tpar) ;;
       skip) extra=(TPAR_GGML_SKIP_ALLREDUCE=1) ;;
       oneshot) extra=(TPAR_ALGO=oneshot) ;;
       noreplay) extra=(GGML_VK_DISABLE_REPLAY=1) ;;
-      *) part_fail "STEPS_MODES: no mode $mode (none, tpar, skip, oneshot, noreplay; each also with -reuse or -trace)"; continue ;;
+      *) part_fail "STEPS_MODES: no mode $mode (none, tpar, skip, oneshot, noreplay; each also with -kvu, and then -reuse or -trace)"; continue ;;
     esac
     # -reuse: llama.cpp's graph reuse checks in the server's log, counted by phase
-    [[ $mode == *-reuse ]] && { extra+=(LLAMA_GRAPH_RESULT_DEBUG=2); server_args=-v; logarg=(--log "$out/server-$label.err"); }
+    [[ $mode == *-reuse ]] && { extra+=(LLAMA_GRAPH_RESULT_DEBUG=2); server_args+="${server_args:+ }-v"; logarg=(--log "$out/server-$label.err"); }
     # -trace: the host's spans of 8 steps from step STEPS_TRACE_SKIP (default 990: the last phase)
     [[ $mode == *-trace ]] && extra+=(TPAR_TRACE="$out/trace-$label.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP="${STEPS_TRACE_SKIP:-990}" TPAR_TRACE_SPAN=8)
     server_up "$label" "$sm" "$n" 4 16384 "$server_args" server_steps.py "${extra[@]}" || continue
@@ -550,10 +555,14 @@ run_server_mixed() {
   local load="--mixed ${MIXED_ROUNDS:-16} --seed ${MIXED_SEED:-1} --max-seconds ${MIXED_MAX_SECONDS:-480}"
   local modes=${MIXED_MODES:-none,layer,tpar,tpar-eager,tpar-noreplay,ggml}
   for mode in ${modes//,/ }; do
+    local srv_args=""
+    # -kvu: one KV cache for all slots (llama-server's default where -np is not given), so
+    # that a step's slots go in one ubatch whichever they are
+    [[ $mode == *-kvu ]] && { srv_args=--kv-unified; mode=${mode%-kvu}; }
     case $mode in
-      none) serve_load mixed-none none 1 4 16384 "$load" ;;
-      layer) serve_load mixed-layer layer 2 4 16384 "$load" ;;
-      tpar) serve_load mixed-tpar tensor 2 4 16384 "$load" ;;
+      none) serve_load mixed-none${srv_args:+-kvu} none 1 4 16384 "$load" ;;
+      layer) serve_load mixed-layer${srv_args:+-kvu} layer 2 4 16384 "$load" ;;
+      tpar) serve_load mixed-tpar${srv_args:+-kvu} tensor 2 4 16384 "$load" ;;
       tpar-oneshot) serve_load mixed-tpar-oneshot tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
       tpar-relay256) serve_load mixed-tpar-relay256 tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
       # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
@@ -563,8 +572,8 @@ run_server_mixed() {
       # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
       tpar-depth8) serve_load mixed-tpar-depth8 tensor 2 4 16384 "$load" TPAR_DEPTH=8 ;;
       tpar-eager) serve_load mixed-tpar-eager tensor 2 4 16384 "$load" GGML_VK_REPLAY_EAGER=1 ;;
-      tpar-noreplay) serve_load mixed-tpar-noreplay tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
-      ggml) serve_load mixed-ggml tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
+      tpar-noreplay) serve_load mixed-tpar-noreplay${srv_args:+-kvu} tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
+      ggml) serve_load mixed-ggml${srv_args:+-kvu} tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
       steady)  # steady decode, the same replay rules: llama-bench on the 8B shapes
         local m8
         m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
@@ -587,7 +596,7 @@ run_server_mixed() {
         else
           part_fail "no trace of the mixed steps ($tl)"
         fi ;;
-      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace)" ;;
+      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
     esac
   done
   if compgen -G "$out/trace-mixed-*.json" > /dev/null; then
