@@ -43,6 +43,8 @@ MIXED_Q1 = "server-mixed-h200x2-5b869da.txt"
 STEPS_BEFORE = "server-steps-h200x2-5b869da.txt"
 STEPS_AFTER = "server-steps-h200x2-50628cb.txt"
 MIXED_NOW = "server-mixed-h200x2-50628cb.txt"
+# run R1: three commands back to back on one machine, the code a user runs (ten patches)
+MIXED_R1 = ("server-mixed-h200x2-d527ccd.txt", "server-mixed-kvu-h200x2-d527ccd.txt", "server-mixed-again-h200x2-d527ccd.txt")
 DECODE = "decode-h200x2-1fcf991.txt"
 DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
@@ -121,12 +123,16 @@ def render_first():
     mx_text = decode_report.read(MIXED_Q1)
     mx = {l: x for l, seed, x in mixed_runs(mx_text) if seed == 1}  # the last run of each mode
     mx_tpar, mx_none = mx["mixed-tpar"], mx["mixed-none"]
+    r1, r1_st, _ = mixed_r1()
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
               f"Under mixed traffic (1 to 10 requests at once, prompts of 3 to 400 words, 8 to 256 tokens; "
               f"{mx_none[1]} requests, same machine): tpar {mx_tpar[3]:.1f} s, one GPU {mx_none[3]:.1f} s "
-              f"({mx_none[3] / mx_tpar[3]:.2f}x).")
+              f"({mx_none[3] / mx_tpar[3]:.2f}x); in a later run of the same code on another machine (run R1, "
+              f"{r1_st['date']}, two passes) {r1[0]['mixed-none'][3] / r1[0]['mixed-tpar'][3]:.2f}x and "
+              f"{r1[2]['mixed-none'][3] / r1[2]['mixed-tpar'][3]:.2f}x, `-sm layer` "
+              f"{r1[0]['mixed-none'][3] / r1[0]['mixed-layer'][3]:.2f}x.")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
 
@@ -202,6 +208,7 @@ def render():
     blocks.update(render_now())
     blocks.update(render_steps())
     blocks.update(render_mixed())
+    blocks.update(render_mixed_r1())
     return blocks
 
 
@@ -280,6 +287,77 @@ def render_mixed():
             f"[raw](perf/raw/{STEADY})): recording at second sight {s2[0]:.1f} ± {s2[1]:.1f} t/s, at first sight "
             f"{e2[0]:.1f} ± {e2[1]:.1f}, replay off {o2[0]:.1f} ± {o2[1]:.1f}.")
     return {"server-mixed": head + "\n\n" + table + "\n\n" + note}
+
+
+def mixed_r1():
+    """Run R1's passes: [{label: (answered, asked, tokens, seconds, t/s)}] a command, and its stamp."""
+    texts = [decode_report.read(f) for f in MIXED_R1]
+    return [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in texts], decode_report.stamp(texts[0]), texts
+
+
+def render_mixed_r1():
+    """The mixed traffic with the code a user runs: every mode, two passes of the main three, and the unified KV
+    cache beside, in three commands on one machine."""
+    passes, st, texts = mixed_r1()
+    first, kvu, again = passes
+    none1, none2 = first["mixed-none"][3], again["mixed-none"][3]
+    names = [("mixed-none", "`-sm none`, one GPU"), ("mixed-layer", "`-sm layer`, 2 GPUs"),
+             ("mixed-tpar", "`-sm tensor`, tpar (defaults: replay on)"),
+             ("mixed-tpar-noreplay", "`-sm tensor`, tpar, `GGML_VK_DISABLE_REPLAY=1`"),
+             ("mixed-ggml", "`-sm tensor`, ggml's own AllReduce"),
+             ("mixed-none-kvu", "`-sm none`, one GPU, `--kv-unified`"),
+             ("mixed-tpar-kvu", "`-sm tensor`, tpar, `--kv-unified`")]
+    rows, answered, asked = [], 0, 0
+    for label, name in names:
+        cells = []
+        for run, none in ((first, none1), (kvu, none1), (again, none2)):
+            if label in run:
+                x = run[label]
+                if x[0] != x[1]:
+                    raise ValueError(f"{label}: a request went unanswered")
+                answered, asked = answered + x[0], asked + x[1]
+                cells.append(f"{x[3]:.2f} s ({x[3] / none:.2f}x), {x[2]} tokens")
+        if len(cells) == 1:
+            cells.append("")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    table = "\n".join(["| mode | first pass: seconds for the 16 rounds (against one GPU's time), tokens | second pass |",
+                        "|---|---|---|", *rows])
+    replay = re.findall(r"Vulkan0: (\d+) subgraphs replayed, (\d+) recorded for replay, \d+ recorded as usual, (\d+) seen once",
+                        texts[0])[0]
+    steps = steps_phases(texts[1])
+    last = "2 at once x128"
+    head = (f"Run R1: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']} (llama.cpp with the "
+            f"ten patches a user applies), three commands back to back on one machine: "
+            f"`MIXED_MODES=none,tpar,tpar-noreplay,layer scripts/gpu-suite.sh env server-mixed`, then "
+            f"`MIXED_MODES=none-kvu,tpar-kvu,ggml STEPS_MODES=none-kvu,tpar-kvu scripts/gpu-suite.sh env server-mixed "
+            f"server-steps`, then `MIXED_MODES=tpar-noreplay,tpar,none` (the second pass, in the reverse order). "
+            f"llama-server on the 8B shapes (Q8_0), `-c 16384 -np 4`, `scripts/server_load.py --mixed 16 --seed 1`; "
+            f"{answered} of {asked} requests answered in all. Raw: " + ", ".join(f"[perf/raw/{f}](perf/raw/{f})" for f in MIXED_R1)
+            + ". The `--kv-unified` rows are in the first pass's column, against its one GPU.")
+    t1, t2 = first["mixed-tpar"][3], again["mixed-tpar"][3]
+    o1, o2 = first["mixed-tpar-noreplay"][3], again["mixed-tpar-noreplay"][3]
+    note = (f"Replay's counts in the first pass's tpar server (a device): {replay[0]} subgraphs replayed, {replay[1]} "
+            f"recorded for replay, {replay[2]} seen once and recorded as usual. One KV cache for all slots "
+            f"(`--kv-unified`, llama-server's default where `-np` is not given) puts a step's slots in one ubatch "
+            f"whichever they are, but each step's attention then reads the cells of every slot (llama.cpp masks the "
+            f"others' out): one GPU took "
+            f"{kvu['mixed-none-kvu'][3]:.2f} s and tpar {kvu['mixed-tpar-kvu'][3]:.2f} s, each slower than with a "
+            f"cache a slot. In `server_steps.py`'s phases with `--kv-unified` (same command) the last phase, two requests "
+            f"after slots used in turn, took {steps[('steps-none-kvu', last)][-1][0]:.2f} s on one GPU and "
+            f"{steps[('steps-tpar-kvu', last)][-1][0]:.2f} s through tpar.")
+    targets = "\n".join([
+        f"- tpar's time for the 16 rounds ≤ 0.83x one GPU's: **missed**, {t1 / none1:.2f}x and {t2 / none2:.2f}x in the "
+        f"two passes ({t1:.2f} s against {none1:.2f}; {t2:.2f} against {none2:.2f}).",
+        f"- At or below `-sm layer`'s ({first['mixed-layer'][3]:.2f} s, {first['mixed-layer'][3] / none1:.2f}x): "
+        f"**missed** ({t1:.2f} s in the same pass).",
+        f"- Replay on never slower than replay off: **{'met' if t1 <= o1 and t2 <= o2 else 'missed'}** in this run: "
+        f"{t1:.2f} s on against {o1:.2f} off in the first pass, {t2:.2f} against {o2:.2f} in the second; the two passes "
+        f"of one mode differ by more than the modes do ({abs(t1 - t2):.2f} s for replay on), so this traffic does not "
+        f"resolve the difference in one run.",
+        f"- No request fails for a reason `-sm none` does not show too: **met**, {answered} of {asked} answered over the "
+        f"run's ten servers.",
+    ])
+    return {"server-mixed-r1": head + "\n\n" + table + "\n\n" + note + "\n\n" + targets}
 
 
 def decode_chains(text):
