@@ -555,14 +555,18 @@ run_server_mixed() {
   local load="--mixed ${MIXED_ROUNDS:-16} --seed ${MIXED_SEED:-1} --max-seconds ${MIXED_MAX_SECONDS:-480}"
   local modes=${MIXED_MODES:-none,layer,tpar,tpar-eager,tpar-noreplay,ggml}
   for mode in ${modes//,/ }; do
-    local srv_args=""
+    local srv_args="" kvu=""
     # -kvu: one KV cache for all slots (llama-server's default where -np is not given), so
     # that a step's slots go in one ubatch whichever they are
-    [[ $mode == *-kvu ]] && { srv_args=--kv-unified; mode=${mode%-kvu}; }
+    if [[ $mode == *-kvu ]]; then
+      srv_args=--kv-unified kvu=-kvu mode=${mode%-kvu}
+      [[ $mode =~ ^(none|layer|tpar|tpar-noreplay|ggml)$ ]] ||
+        { part_fail "MIXED_MODES: no mode $mode-kvu (-kvu goes with none, layer, tpar, tpar-noreplay, ggml)"; continue; }
+    fi
     case $mode in
-      none) serve_load mixed-none${srv_args:+-kvu} none 1 4 16384 "$load" ;;
-      layer) serve_load mixed-layer${srv_args:+-kvu} layer 2 4 16384 "$load" ;;
-      tpar) serve_load mixed-tpar${srv_args:+-kvu} tensor 2 4 16384 "$load" ;;
+      none) serve_load mixed-none$kvu none 1 4 16384 "$load" ;;
+      layer) serve_load mixed-layer$kvu layer 2 4 16384 "$load" ;;
+      tpar) serve_load mixed-tpar$kvu tensor 2 4 16384 "$load" ;;
       tpar-oneshot) serve_load mixed-tpar-oneshot tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
       tpar-relay256) serve_load mixed-tpar-relay256 tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
       # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
@@ -572,8 +576,8 @@ run_server_mixed() {
       # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
       tpar-depth8) serve_load mixed-tpar-depth8 tensor 2 4 16384 "$load" TPAR_DEPTH=8 ;;
       tpar-eager) serve_load mixed-tpar-eager tensor 2 4 16384 "$load" GGML_VK_REPLAY_EAGER=1 ;;
-      tpar-noreplay) serve_load mixed-tpar-noreplay${srv_args:+-kvu} tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
-      ggml) serve_load mixed-ggml${srv_args:+-kvu} tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
+      tpar-noreplay) serve_load mixed-tpar-noreplay$kvu tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
+      ggml) serve_load mixed-ggml$kvu tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
       steady)  # steady decode, the same replay rules: llama-bench on the 8B shapes
         local m8
         m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
