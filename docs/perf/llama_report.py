@@ -38,8 +38,10 @@ SERVER = "server-h200x2-5b869da.txt"
 NOW = "decode-now-h200x2-5b869da.txt"
 MIXED_Q1 = "server-mixed-h200x2-5b869da.txt"
 # A server's steps phase by phase (scripts/server_steps.py; runs S1-S3 with its first form
-# without patch 0011, S4 with it) and the mixed traffic with it (another machine). The patch
-# was withdrawn: with it, a llama-server on lavapipe crashed (docs/design/server-mixed.md).
+# without the patch that keys replay by the subgraph's nodes, S4 with its first form, then
+# numbered 0011) and the mixed traffic with it (another machine). It was withdrawn after a
+# lavapipe crash and is back as 0012, with the crash's cause fixed by 0011
+# (docs/design/server-mixed.md).
 STEPS_BEFORE = "server-steps-h200x2-5b869da.txt"
 STEPS_AFTER = "server-steps-h200x2-50628cb.txt"
 MIXED_NOW = "server-mixed-h200x2-50628cb.txt"
@@ -938,7 +940,7 @@ def steps_trace(text, header):
 
 
 def render_steps():
-    """A server's decode steps without and with patch 0011 (tried, withdrawn), and the mixed traffic with it."""
+    """A server's decode steps without and with replay keyed by nodes (S4: its first form), and the mixed traffic with it."""
     bt, at = decode_report.read(STEPS_BEFORE), decode_report.read(STEPS_AFTER)
     b, a = steps_phases(bt), steps_phases(at)
     phases = (("1 at once x128", 0, "1 at once x128"), ("2 at once x128", 0, "2 at once x128"),
@@ -957,25 +959,26 @@ def render_steps():
     ta = steps_trace(at, "## llama-server steps-tpar-trace:")
     sb, sa = decode_report.stamp(bt), decode_report.stamp(at)
     mq, mn = ({l: x for l, seed, x in mixed_runs(decode_report.read(f)) if seed == 1} for f in (MIXED_Q1, MIXED_NOW))
-    head = (f"Runs S1-S3 (without patch 0011; tree {sb['tree']}, the first form of `scripts/server_steps.py`, raw "
-            f"[perf/raw/{STEPS_BEFORE}](perf/raw/{STEPS_BEFORE})) and S4 (with it, a bundle of tree {sa['tree']}; the patch "
-            f"is withdrawn since, see below; "
+    head = (f"Runs S1-S3 (without replay keyed by nodes; tree {sb['tree']}, the first form of `scripts/server_steps.py`, raw "
+            f"[perf/raw/{STEPS_BEFORE}](perf/raw/{STEPS_BEFORE})) and S4 (with its first form, then patch 0011, a bundle "
+            f"of tree {sa['tree']}; see below; "
             f"`STEPS_MODES=none,tpar scripts/gpu-suite.sh server-steps`, raw [perf/raw/{STEPS_AFTER}](perf/raw/{STEPS_AFTER})), "
             f"{sa['n']} × {sa['gpu']} (driver {sa['driver']}), {sa['date']}, machines of the kind started afresh. llama-server "
             f"on the 8B shapes (Q8_0), 4 slots, `-c 16384`; each phase's requests at once, greedy, 8-word prompts; seconds "
             f"for the phase, in brackets the first request's t/s. Free boundaries: `TPAR_GGML_SKIP_ALLREDUCE=1` (timing "
             f"only).")
-    table = "\n".join(["| phase | one GPU, S1 | tpar, S1 | free boundaries, S1 | one GPU, S4 | tpar, S4 (patch 0011, withdrawn) |",
+    table = "\n".join(["| phase | one GPU, S1 | tpar, S1 | free boundaries, S1 | one GPU, S4 | tpar, S4 (keyed by nodes) |",
                         "|---|---|---|---|---|---|", *rows])
     note = (f"In the last phase the two requests sit in slots 0 and 3. With the default KV cache (a stream a sequence) "
             f"llama.cpp runs such a step as one ubatch a slot and builds each ubatch's graph anew ({differ} of "
             f"the phase's builds found the graph before incompatible, S3, `LLAMA_GRAPH_RESULT_DEBUG=2`), so every mode pays "
             f"two passes a step, and `-sm tensor` also records every subgraph anew: the host's "
             f"`graph_compute` took {tb[1] / 1000:.1f} ms of a {tb[0] / 1000:.1f} ms step (S2, eight steps traced from "
-            f"step 990, host spans only), against {ta[1] / 1000:.2f} ms of {ta[0] / 1000:.1f} ms with patch 0011, which "
-            f"found a recording by its subgraph's nodes instead of the graph's uid (S4). The patch is withdrawn: with it a "
-            f"llama-server on lavapipe (two devices of one) crashed in lavapipe's queue thread after a phase of long "
-            f"prompts, where without it the same requests ran clean; the cause is not found. "
+            f"step 990, host spans only), against {ta[1] / 1000:.2f} ms of {ta[0] / 1000:.1f} ms with a recording found by its subgraph's nodes "
+            f"instead of the graph's uid (S4). That patch was withdrawn when a llama-server on lavapipe (two devices of "
+            f"one) crashed with it after a phase of long prompts; the cause was lavapipe's, reading a freed buffer "
+            f"through a binding the dispatch did not use, and patch 0011 now fixes it: the keying is back as patch 0012, "
+            f"its comparison widened (each source's shape, buffers freed since), not yet measured on GPUs. "
             f"Which slots a phase's requests take is the server's choice as they arrive, so a phase splits in one server "
             f"and not in another: three at once ran {b[('tpar', '3 at once x128')][0][0]:.2f} s in S1's tpar server and "
             f"{a[('steps-tpar', '3 at once x128')][0][0]:.2f} s in S4's (not traced; one GPU "
