@@ -47,6 +47,8 @@ STEPS_AFTER = "server-steps-h200x2-50628cb.txt"
 MIXED_NOW = "server-mixed-h200x2-50628cb.txt"
 # run R1: three commands back to back on one machine, the code a user runs (ten patches)
 MIXED_R1 = ("server-mixed-h200x2-d527ccd.txt", "server-mixed-kvu-h200x2-d527ccd.txt", "server-mixed-again-h200x2-d527ccd.txt")
+# run T1: two commands back to back on one machine, with patches 0011 and 0012 (twelve patches)
+MIXED_T1 = ("server-mixed-h200x2-785d281.txt", "server-mixed-again-h200x2-785d281.txt")
 DECODE = "decode-h200x2-1fcf991.txt"
 DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
@@ -126,6 +128,9 @@ def render_first():
     mx = {l: x for l, seed, x in mixed_runs(mx_text) if seed == 1}  # the last run of each mode
     mx_tpar, mx_none = mx["mixed-tpar"], mx["mixed-none"]
     r1, r1_st, _ = mixed_r1()
+    t1_texts = [decode_report.read(f) for f in MIXED_T1]
+    t1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in t1_texts]
+    t1_st = decode_report.stamp(t1_texts[0])
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
@@ -134,7 +139,9 @@ def render_first():
               f"({mx_none[3] / mx_tpar[3]:.2f}x); in a later run of the same code on another machine (run R1, "
               f"{r1_st['date']}, two passes) {r1[0]['mixed-none'][3] / r1[0]['mixed-tpar'][3]:.2f}x and "
               f"{r1[2]['mixed-none'][3] / r1[2]['mixed-tpar'][3]:.2f}x, `-sm layer` "
-              f"{r1[0]['mixed-none'][3] / r1[0]['mixed-layer'][3]:.2f}x.")
+              f"{r1[0]['mixed-none'][3] / r1[0]['mixed-layer'][3]:.2f}x; with replay found by the subgraph's nodes "
+              f"(patch 0012, run T1, {t1_st['date']}, two passes) {t1[0]['mixed-none'][3] / t1[0]['mixed-tpar'][3]:.2f}x "
+              f"and {t1[1]['mixed-none'][3] / t1[1]['mixed-tpar'][3]:.2f}x.")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
 
@@ -211,6 +218,7 @@ def render():
     blocks.update(render_steps())
     blocks.update(render_mixed())
     blocks.update(render_mixed_r1())
+    blocks.update(render_mixed_t1())
     return blocks
 
 
@@ -360,6 +368,54 @@ def render_mixed_r1():
         f"run's ten servers.",
     ])
     return {"server-mixed-r1": head + "\n\n" + table + "\n\n" + note + "\n\n" + targets}
+
+
+def render_mixed_t1():
+    """The mixed traffic with the twelve patches (replay found by the subgraph's nodes): one GPU and tpar in two
+    passes, replay off in the second, two commands on one machine."""
+    texts = [decode_report.read(f) for f in MIXED_T1]
+    first, again = ({l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in texts)
+    st = decode_report.stamp(texts[0])
+    if decode_report.stamp(texts[1])["tree"] != st["tree"]:
+        raise ValueError("run T1's two logs are of different trees")
+    none1, none2 = first["mixed-none"][3], again["mixed-none"][3]
+    names = [("mixed-none", "`-sm none`, one GPU"), ("mixed-tpar", "`-sm tensor`, tpar (defaults: replay on)"),
+             ("mixed-tpar-noreplay", "`-sm tensor`, tpar, `GGML_VK_DISABLE_REPLAY=1`")]
+    rows, answered, asked = [], 0, 0
+    for label, name in names:
+        cells = []
+        for run, none in ((first, none1), (again, none2)):
+            if label in run:
+                x = run[label]
+                if x[0] != x[1]:
+                    raise ValueError(f"{label}: a request went unanswered")
+                answered, asked = answered + x[0], asked + x[1]
+                cells.append(f"{x[3]:.2f} s ({x[3] / none:.2f}x), {x[2]} tokens")
+            else:
+                cells.append("")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    table = "\n".join(["| mode | first pass: seconds for the 16 rounds (against one GPU's time), tokens | second pass |",
+                        "|---|---|---|", *rows])
+    counts = r"Vulkan0: (\d+) subgraphs replayed, (\d+) recorded for replay, \d+ recorded as usual, (\d+) seen once"
+    replay = re.findall(counts, texts[0])[0]
+    r1 = re.findall(counts, mixed_r1()[2][0])[0]
+    head = (f"Run T1: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']} (llama.cpp with the "
+            f"twelve patches: replay found by the subgraph's nodes), two commands back to back on one machine: "
+            f"`MIXED_MODES=none,tpar scripts/gpu-suite.sh env server-mixed`, then `MIXED_MODES=tpar,none,tpar-noreplay`. "
+            f"The same server and traffic as R1 below; {answered} of {asked} requests answered. Raw: "
+            + ", ".join(f"[perf/raw/{f}](perf/raw/{f})" for f in MIXED_T1) + ".")
+    t1, t2, o2 = first["mixed-tpar"][3], again["mixed-tpar"][3], again["mixed-tpar-noreplay"][3]
+    note = (f"Replay's counts in the first pass's tpar server (a device): {replay[0]} subgraphs replayed, {replay[1]} "
+            f"recorded for replay, {replay[2]} seen once and recorded as usual (R1, keyed by the graph's uid: "
+            f"{r1[0]}, {r1[1]} and {r1[2]}). One GPU's own two passes differ by {abs(none1 - none2):.2f} s on this machine.")
+    targets = "\n".join([
+        f"- tpar's time for the 16 rounds ≤ 0.83x one GPU's: **missed**, {t1 / none1:.2f}x and {t2 / none2:.2f}x in the "
+        f"two passes ({t1:.2f} s against {none1:.2f}; {t2:.2f} against {none2:.2f}).",
+        f"- Replay on never slower than replay off: **{'met' if t2 <= o2 else 'missed'}** in the one pass with both: "
+        f"{t2:.2f} s on against {o2:.2f} off.",
+        f"- No request fails for a reason `-sm none` does not show too: **met**, {answered} of {asked} answered.",
+    ])
+    return {"server-mixed-t1": head + "\n\n" + table + "\n\n" + note + "\n\n" + targets}
 
 
 def decode_chains(text):
@@ -978,7 +1034,7 @@ def render_steps():
             f"instead of the graph's uid (S4). That patch was withdrawn when a llama-server on lavapipe (two devices of "
             f"one) crashed with it after a phase of long prompts; the cause was lavapipe's, reading a freed buffer "
             f"through a binding the dispatch did not use, and patch 0011 now fixes it: the keying is back as patch 0012, "
-            f"its comparison widened (each source's shape, buffers freed since), not yet measured on GPUs. "
+            f"its comparison widened (each source's shape, buffers freed since), measured in run T1 below. "
             f"Which slots a phase's requests take is the server's choice as they arrive, so a phase splits in one server "
             f"and not in another: three at once ran {b[('tpar', '3 at once x128')][0][0]:.2f} s in S1's tpar server and "
             f"{a[('steps-tpar', '3 at once x128')][0][0]:.2f} s in S4's (not traced; one GPU "
