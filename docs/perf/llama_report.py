@@ -305,6 +305,29 @@ def mixed_r1():
     return [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in texts], decode_report.stamp(texts[0]), texts
 
 
+def mixed_passes_table(names, columns):
+    """A table of mixed-traffic passes: a row a mode of `names` ((label, name)), a column a pass; each column is a
+    list of (runs by label, one GPU's seconds), the first holding the mode giving the cell. Returns the table and
+    the requests answered and asked over its cells; a request unanswered is an error."""
+    rows, answered, asked = [], 0, 0
+    for label, name in names:
+        cells = []
+        for column in columns:
+            found = [(run[label], none) for run, none in column if label in run]
+            if not found:
+                cells.append("")
+                continue
+            x, none = found[0]
+            if x[0] != x[1]:
+                raise ValueError(f"{label}: a request went unanswered")
+            answered, asked = answered + x[0], asked + x[1]
+            cells.append(f"{x[3]:.2f} s ({x[3] / none:.2f}x), {x[2]} tokens")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    table = "\n".join(["| mode | first pass: seconds for the 16 rounds (against one GPU's time), tokens | second pass |",
+                        "|---|---|---|", *rows])
+    return table, answered, asked
+
+
 def render_mixed_r1():
     """The mixed traffic with the code a user runs: every mode, two passes of the main three, and the unified KV
     cache beside, in three commands on one machine."""
@@ -317,21 +340,7 @@ def render_mixed_r1():
              ("mixed-ggml", "`-sm tensor`, ggml's own AllReduce"),
              ("mixed-none-kvu", "`-sm none`, one GPU, `--kv-unified`"),
              ("mixed-tpar-kvu", "`-sm tensor`, tpar, `--kv-unified`")]
-    rows, answered, asked = [], 0, 0
-    for label, name in names:
-        cells = []
-        for run, none in ((first, none1), (kvu, none1), (again, none2)):
-            if label in run:
-                x = run[label]
-                if x[0] != x[1]:
-                    raise ValueError(f"{label}: a request went unanswered")
-                answered, asked = answered + x[0], asked + x[1]
-                cells.append(f"{x[3]:.2f} s ({x[3] / none:.2f}x), {x[2]} tokens")
-        if len(cells) == 1:
-            cells.append("")
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    table = "\n".join(["| mode | first pass: seconds for the 16 rounds (against one GPU's time), tokens | second pass |",
-                        "|---|---|---|", *rows])
+    table, answered, asked = mixed_passes_table(names, [[(first, none1), (kvu, none1)], [(again, none2)]])
     replay = re.findall(r"Vulkan0: (\d+) subgraphs replayed, (\d+) recorded for replay, \d+ recorded as usual, (\d+) seen once",
                         texts[0])[0]
     steps = steps_phases(texts[1])
@@ -381,21 +390,7 @@ def render_mixed_t1():
     none1, none2 = first["mixed-none"][3], again["mixed-none"][3]
     names = [("mixed-none", "`-sm none`, one GPU"), ("mixed-tpar", "`-sm tensor`, tpar (defaults: replay on)"),
              ("mixed-tpar-noreplay", "`-sm tensor`, tpar, `GGML_VK_DISABLE_REPLAY=1`")]
-    rows, answered, asked = [], 0, 0
-    for label, name in names:
-        cells = []
-        for run, none in ((first, none1), (again, none2)):
-            if label in run:
-                x = run[label]
-                if x[0] != x[1]:
-                    raise ValueError(f"{label}: a request went unanswered")
-                answered, asked = answered + x[0], asked + x[1]
-                cells.append(f"{x[3]:.2f} s ({x[3] / none:.2f}x), {x[2]} tokens")
-            else:
-                cells.append("")
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    table = "\n".join(["| mode | first pass: seconds for the 16 rounds (against one GPU's time), tokens | second pass |",
-                        "|---|---|---|", *rows])
+    table, answered, asked = mixed_passes_table(names, [[(first, none1)], [(again, none2)]])
     counts = r"Vulkan0: (\d+) subgraphs replayed, (\d+) recorded for replay, \d+ recorded as usual, (\d+) seen once"
     replay = re.findall(counts, texts[0])[0]
     r1 = re.findall(counts, mixed_r1()[2][0])[0]
