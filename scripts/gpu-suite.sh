@@ -93,6 +93,9 @@
 #             trace-none one GPU's, trace-skip with free boundaries); none, layer, tpar,
 #             tpar-noreplay and ggml also as MODE-kvu (--kv-unified: one KV cache for all
 #             slots, llama-server's default where -np is not given);
+#             MIXED_PASSES=N runs the modes N times (1 to 9), every second pass in the
+#             reverse order, the servers of pass K labelled mixed-MODE-pK from the second
+#             (steady and trace run in the first pass only);
 #             MIXED_ROUNDS, MIXED_SEED and MIXED_MAX_SECONDS (default 480, a mode's bound)
 #   server-steps  llama-server on the 8B shapes, 4 slots: scripts/server_steps.py's
 #             phases (1 to 4 requests at once, long prompts, and at the end 2 requests after
@@ -554,54 +557,63 @@ run_server_mixed() {
   m=$(model "server-$server_preset" --preset "$server_preset") || return
   local load="--mixed ${MIXED_ROUNDS:-16} --seed ${MIXED_SEED:-1} --max-seconds ${MIXED_MAX_SECONDS:-480}"
   local modes=${MIXED_MODES:-none,layer,tpar,tpar-eager,tpar-noreplay,ggml}
-  for mode in ${modes//,/ }; do
-    local srv_args="" kvu=""
-    # -kvu: one KV cache for all slots (llama-server's default where -np is not given), so
-    # that a step's slots go in one ubatch whichever they are
-    if [[ $mode == *-kvu ]]; then
-      srv_args=--kv-unified kvu=-kvu mode=${mode%-kvu}
-      [[ $mode =~ ^(none|layer|tpar|tpar-noreplay|ggml)$ ]] ||
-        { part_fail "MIXED_MODES: no mode $mode-kvu (-kvu goes with none, layer, tpar, tpar-noreplay, ggml)"; continue; }
-    fi
-    case $mode in
-      none) serve_load mixed-none$kvu none 1 4 16384 "$load" ;;
-      layer) serve_load mixed-layer$kvu layer 2 4 16384 "$load" ;;
-      tpar) serve_load mixed-tpar$kvu tensor 2 4 16384 "$load" ;;
-      tpar-oneshot) serve_load mixed-tpar-oneshot tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
-      tpar-relay256) serve_load mixed-tpar-relay256 tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
-      # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
-      tpar-ride-off) serve_load mixed-tpar-ride-off tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
-      # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
-      tpar-skip) serve_load mixed-tpar-skip tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
-      # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
-      tpar-depth8) serve_load mixed-tpar-depth8 tensor 2 4 16384 "$load" TPAR_DEPTH=8 ;;
-      tpar-eager) serve_load mixed-tpar-eager tensor 2 4 16384 "$load" GGML_VK_REPLAY_EAGER=1 ;;
-      tpar-noreplay) serve_load mixed-tpar-noreplay$kvu tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
-      ggml) serve_load mixed-ggml$kvu tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
-      steady)  # steady decode, the same replay rules: llama-bench on the 8B shapes
-        local m8
-        m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
-        local k
-        for k in 1 2; do  # twice, taking turns
-          bench replay-second-8b-$k "$m8" 2 tensor "-p 0 -n 128"
-          bench replay-eager-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_REPLAY_EAGER=1
-          bench replay-off-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_DISABLE_REPLAY=1
-        done ;;
-      trace|trace-none|trace-skip)  # the host's time in mixed steps (no GPU stamps): tpar (default replay), one GPU, free boundaries
-        local tl=tpar sm=tensor nd=2 extra=()
-        [[ $mode == trace-none ]] && { tl=none; sm=none; nd=1; }
-        [[ $mode == trace-skip ]] && { tl=tpar-skip; extra=(TPAR_GGML_SKIP_ALLREDUCE=1); }
-        serve_load "mixed-$tl-trace" $sm $nd 4 16384 "--mixed 4 --seed ${MIXED_SEED:-1}" "${extra[@]}" \
-          TPAR_TRACE="$out/trace-mixed-$tl.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP=400 TPAR_TRACE_SPAN=8
-        if [[ -f "$out/trace-mixed-$tl.json" ]]; then
-          echo "## trace mixed-$tl: TPAR_TRACE_GPU=0, 8 steps after the first 400 of the server under mixed traffic" >> "$log"
-          python3 "$root/scripts/timeline.py" "$out/trace-mixed-$tl.json" --step all 2>&1 | relative >> "$log"
-          [[ ${PIPESTATUS[0]} -eq 0 ]] || part_fail "timeline mixed $tl"
-        else
-          part_fail "no trace of the mixed steps ($tl)"
-        fi ;;
-      *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
-    esac
+  local passes=${MIXED_PASSES:-1} pass p order
+  [[ $passes =~ ^[1-9]$ ]] || { part_fail "MIXED_PASSES: a number of passes from 1 to 9, not '$passes'"; return; }
+  for ((pass = 1; pass <= passes; pass++)); do
+    # the passes take turns in the order, so that no mode always runs first or last
+    order=${modes//,/ } p=""
+    if ((pass % 2 == 0)); then order=$(tr ' ' '\n' <<< "$order" | tac | tr '\n' ' '); fi
+    if ((pass > 1)); then p=-p$pass; fi
+    for mode in $order; do
+      if [[ -n $p && $mode =~ ^(steady|trace|trace-none|trace-skip)$ ]]; then continue; fi
+      local srv_args="" kvu=""
+      # -kvu: one KV cache for all slots (llama-server's default where -np is not given), so
+      # that a step's slots go in one ubatch whichever they are
+      if [[ $mode == *-kvu ]]; then
+        srv_args=--kv-unified kvu=-kvu mode=${mode%-kvu}
+        [[ $mode =~ ^(none|layer|tpar|tpar-noreplay|ggml)$ ]] ||
+          { part_fail "MIXED_MODES: no mode $mode-kvu (-kvu goes with none, layer, tpar, tpar-noreplay, ggml)"; continue; }
+      fi
+      case $mode in
+        none) serve_load mixed-none$kvu$p none 1 4 16384 "$load" ;;
+        layer) serve_load mixed-layer$kvu$p layer 2 4 16384 "$load" ;;
+        tpar) serve_load mixed-tpar$kvu$p tensor 2 4 16384 "$load" ;;
+        tpar-oneshot) serve_load mixed-tpar-oneshot$p tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
+        tpar-relay256) serve_load mixed-tpar-relay256$p tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
+        # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
+        tpar-ride-off) serve_load mixed-tpar-ride-off$p tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
+        # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
+        tpar-skip) serve_load mixed-tpar-skip$p tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
+        # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
+        tpar-depth8) serve_load mixed-tpar-depth8$p tensor 2 4 16384 "$load" TPAR_DEPTH=8 ;;
+        tpar-eager) serve_load mixed-tpar-eager$p tensor 2 4 16384 "$load" GGML_VK_REPLAY_EAGER=1 ;;
+        tpar-noreplay) serve_load mixed-tpar-noreplay$kvu$p tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
+        ggml) serve_load mixed-ggml$kvu$p tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
+        steady)  # steady decode, the same replay rules: llama-bench on the 8B shapes
+          local m8
+          m8=$(model llama3-8b-q8_0 --preset llama3-8b) || return
+          local k
+          for k in 1 2; do  # twice, taking turns
+            bench replay-second-8b-$k "$m8" 2 tensor "-p 0 -n 128"
+            bench replay-eager-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_REPLAY_EAGER=1
+            bench replay-off-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_DISABLE_REPLAY=1
+          done ;;
+        trace|trace-none|trace-skip)  # the host's time in mixed steps (no GPU stamps): tpar (default replay), one GPU, free boundaries
+          local tl=tpar sm=tensor nd=2 extra=()
+          [[ $mode == trace-none ]] && { tl=none; sm=none; nd=1; }
+          [[ $mode == trace-skip ]] && { tl=tpar-skip; extra=(TPAR_GGML_SKIP_ALLREDUCE=1); }
+          serve_load "mixed-$tl-trace" $sm $nd 4 16384 "--mixed 4 --seed ${MIXED_SEED:-1}" "${extra[@]}" \
+            TPAR_TRACE="$out/trace-mixed-$tl.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP=400 TPAR_TRACE_SPAN=8
+          if [[ -f "$out/trace-mixed-$tl.json" ]]; then
+            echo "## trace mixed-$tl: TPAR_TRACE_GPU=0, 8 steps after the first 400 of the server under mixed traffic" >> "$log"
+            python3 "$root/scripts/timeline.py" "$out/trace-mixed-$tl.json" --step all 2>&1 | relative >> "$log"
+            [[ ${PIPESTATUS[0]} -eq 0 ]] || part_fail "timeline mixed $tl"
+          else
+            part_fail "no trace of the mixed steps ($tl)"
+          fi ;;
+        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
+      esac
+    done
   done
   if compgen -G "$out/trace-mixed-*.json" > /dev/null; then
     (cd "$out" && tar -cJf traces-mixed.tar.xz trace-mixed-*.json && rm -f trace-mixed-*.json)
