@@ -378,8 +378,10 @@ case "$name" in
     # Decode 4096 tokens deep (llama-bench -d): tpar serves every call, and its decode
     # speed falls with the depth no more than one device's does (-sm none; an earlier
     # Vulkan AllReduce fell from 43.6 to 9 t/s there): what the attention's growing work
-    # costs, both pay. (ggml's own AllReduce is no reference here: on two lavapipe
-    # devices it can crash in the driver after llama-bench's warm-up; third_party/README.md.)
+    # costs, both pay. ggml's own AllReduce runs the same depths and must get through:
+    # before patch 0011 it crashed in lavapipe's queue thread after the first depth (two
+    # runs of two): a descriptor set's unused binding still named a prealloc buffer
+    # ggml-vulkan had made anew, and lavapipe reads every bound buffer at a dispatch.
     # (The first depth only warms up: lavapipe compiles a pipeline when it is first used.
     # The model is 64 wide with two heads, one a device: with one llama.cpp build on an
     # idle 2-core machine, these two llama-bench runs took 110 s against 458 s with the
@@ -387,10 +389,12 @@ case "$name" in
     # took before: why is not known. The depth still costs a token: one device decoded
     # at 60 t/s at depth 0 and 36 at 4096.)
     depths=${LONG_DEPTH:-4096,0,4096}
-    for label in none tpar; do
+    for label in none tpar ggml; do
       if [[ $label == none ]]; then visible=0 sm=none; else visible=$pair sm=tensor; fi
-      echo "== $label: llama-bench -sm $sm -d $depths"
-      env GGML_VK_VISIBLE_DEVICES=$visible TPAR_LOG=info "$BIN/llama-bench" -m "$MODELS/narrow.gguf" -ngl 99 -fa 1 \
+      extra=()
+      if [[ $label == ggml ]]; then extra=(GGML_VK_DISABLE_TPAR=1); fi
+      echo "== $label: llama-bench -sm $sm -d $depths ${extra[*]}"
+      env "${extra[@]}" GGML_VK_VISIBLE_DEVICES=$visible TPAR_LOG=info "$BIN/llama-bench" -m "$MODELS/narrow.gguf" -ngl 99 -fa 1 \
           -sm $sm -p 0 -n 32 -d "$depths" -r 1 -o json > "$dir/$label.json" 2> "$dir/$label.log" ||
         { tail -20 "$dir/$label.log"; fail "$label: llama-bench failed"; }
       jq -r '.[] | "\(.n_depth) deep: \(.avg_ts) t/s"' "$dir/$label.json"
