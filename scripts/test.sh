@@ -5,7 +5,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh" test
 build="${TPAR_BUILD_DIR:-$root/build-test}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# -g1 (line tables, no variables): backtraces name files and lines, and the build takes
+# about a third less time than at -g (a test unit: 31 s against 45 s on 2 cores).
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build "$build"
 jobs=$(nproc 2>/dev/null || echo 2)
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 1200
