@@ -384,8 +384,8 @@ case "$name" in
     # there). ggml's own AllReduce must also get through: before patch 0011 it crashed in
     # lavapipe's queue thread after the first depth (three runs of three): a descriptor
     # set's unused binding still named a prealloc buffer ggml-vulkan had made anew, and
-    # lavapipe reads every bound buffer at a dispatch. (At -d 2048,0 and 1024,0 it did not
-    # crash without the patch, so the depth stays 4096.)
+    # lavapipe reads every bound buffer at a dispatch. (Without the patch it ran through at
+    # -d 2048,0, 1024,0, 512,0 and 2048,0 with -ub 2048, so the depth stays 4096.)
     # (The first depth only warms up: lavapipe compiles a pipeline when it is first used;
     # the third restores the first's cached state, so each run fills 4096 cells once. The
     # model is 64 wide with two heads, one a device. Filling the depth is nearly all of the
