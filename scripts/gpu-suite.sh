@@ -89,7 +89,8 @@
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
 #             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
-#             rule) and trace (a host-only trace of 8 mixed steps, traces-mixed.tar.xz;
+#             rule) and trace (a host-only trace of 8 mixed steps after the first 400,
+#             MIXED_TRACE_SPAN and MIXED_TRACE_SKIP set those counts; traces-mixed.tar.xz;
 #             trace-none one GPU's, trace-skip with free boundaries); none, layer, tpar,
 #             tpar-noreplay and ggml also as MODE-kvu (--kv-unified: one KV cache for all
 #             slots, llama-server's default where -np is not given);
@@ -603,9 +604,9 @@ run_server_mixed() {
           [[ $mode == trace-none ]] && { tl=none; sm=none; nd=1; }
           [[ $mode == trace-skip ]] && { tl=tpar-skip; extra=(TPAR_GGML_SKIP_ALLREDUCE=1); }
           serve_load "mixed-$tl-trace" $sm $nd 4 16384 "--mixed 4 --seed ${MIXED_SEED:-1}" "${extra[@]}" \
-            TPAR_TRACE="$out/trace-mixed-$tl.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP=400 TPAR_TRACE_SPAN=8
+            TPAR_TRACE="$out/trace-mixed-$tl.json" TPAR_TRACE_GPU=0 TPAR_TRACE_SKIP="${MIXED_TRACE_SKIP:-400}" TPAR_TRACE_SPAN="${MIXED_TRACE_SPAN:-8}"
           if [[ -f "$out/trace-mixed-$tl.json" ]]; then
-            echo "## trace mixed-$tl: TPAR_TRACE_GPU=0, 8 steps after the first 400 of the server under mixed traffic" >> "$log"
+            echo "## trace mixed-$tl: TPAR_TRACE_GPU=0, ${MIXED_TRACE_SPAN:-8} steps after the first ${MIXED_TRACE_SKIP:-400} of the server under mixed traffic" >> "$log"
             python3 "$root/scripts/timeline.py" "$out/trace-mixed-$tl.json" --step all 2>&1 | relative >> "$log"
             [[ ${PIPESTATUS[0]} -eq 0 ]] || part_fail "timeline mixed $tl"
           else

@@ -12,8 +12,11 @@ ggml-vulkan's synchronize on every device at its end; synchronizes with no graph
 between them count as one). --step picks the K-th complete step of the window (default: the last); --step all
 draws the last and prints the median over every complete step instead (the host's spans as
 a mean a step, per host thread too), what a token costs rather than one token. Printed, and
-written with --summary-json: the step's time; the host's enqueue time (its first
-graph_compute to the start of its synchronize); how much of the GPUs' work was done when
+written with --summary-json: the step's time; the host's time before its first
+graph_compute (under -sm tensor the meta backend's split of a graph built anew lies there,
+host_before_enqueue_us); the step's time in no host span (llama.cpp's own work: building
+and allocating the graph, sampling; host_outside_spans_us); the host's enqueue time (its first graph_compute to the start of
+its synchronize); how much of the GPUs' work was done when
 the host finished enqueuing; per device its busy time, vkQueueSubmit calls (command
 buffers submitted together), semaphore waits, and the time its GPU spent on ggml's work
 and on tpar's.
@@ -100,6 +103,8 @@ def summarize(events, names, begin, end):
         host_time[e["name"]] = host_time.get(e["name"], 0.0) + e["dur"]
     return {
         "step_us": round(end - begin, 1),
+        "host_before_enqueue_us": round(enqueue_begin - begin, 1),
+        "host_outside_spans_us": round(end - begin - union_length([(e["ts"], e["ts"] + e["dur"]) for e in host]), 1),
         "host_enqueue_us": round(enqueue_end - enqueue_begin, 1),
         "host_enqueue_end_us": round(enqueue_end - begin, 1),
         "gpu_work_done_when_enqueued": round(done_when_enqueued / work, 3) if work else None,
@@ -124,6 +129,8 @@ def median_summary(events, names, steps):
     out.update({
         "steps": len(rows),
         "step_us": med("step_us"),
+        "host_before_enqueue_us": med("host_before_enqueue_us"),
+        "host_outside_spans_us": med("host_outside_spans_us"),
         "host_enqueue_us": med("host_enqueue_us"),
         "host_enqueue_end_us": med("host_enqueue_end_us"),
         "host_us_by_span": {k: round(v, 1) for k, v in sorted(spans.items())},
