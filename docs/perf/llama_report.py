@@ -49,6 +49,9 @@ MIXED_NOW = "server-mixed-h200x2-50628cb.txt"
 MIXED_R1 = ("server-mixed-h200x2-d527ccd.txt", "server-mixed-kvu-h200x2-d527ccd.txt", "server-mixed-again-h200x2-d527ccd.txt")
 # run T1: two commands back to back on one machine, with patches 0011 and 0012 (twelve patches)
 MIXED_T1 = ("server-mixed-h200x2-785d281.txt", "server-mixed-again-h200x2-785d281.txt")
+# run V1: four commands back to back on one machine, with patch 0013 (thirteen patches) and the bundle without it
+MIXED_V1 = ("server-mixed-h200x2-601d1ba.txt", "server-mixed-12p-h200x2-ccbf4c7.txt",
+            "server-mixed-12p-again-h200x2-ccbf4c7.txt", "server-mixed-again-h200x2-601d1ba.txt")
 DECODE = "decode-h200x2-1fcf991.txt"
 DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
@@ -131,6 +134,9 @@ def render_first():
     t1_texts = [decode_report.read(f) for f in MIXED_T1]
     t1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in t1_texts]
     t1_st = decode_report.stamp(t1_texts[0])
+    v1_texts = [decode_report.read(f) for f in MIXED_V1]
+    v1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in v1_texts]
+    v1_st = decode_report.stamp(v1_texts[0])
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
@@ -141,7 +147,9 @@ def render_first():
               f"{r1[2]['mixed-none'][3] / r1[2]['mixed-tpar'][3]:.2f}x, `-sm layer` "
               f"{r1[0]['mixed-none'][3] / r1[0]['mixed-layer'][3]:.2f}x; with replay found by the subgraph's nodes "
               f"(patch 0012, run T1, {t1_st['date']}, two passes) {t1[0]['mixed-none'][3] / t1[0]['mixed-tpar'][3]:.2f}x "
-              f"and {t1[1]['mixed-none'][3] / t1[1]['mixed-tpar'][3]:.2f}x.")
+              f"and {t1[1]['mixed-none'][3] / t1[1]['mixed-tpar'][3]:.2f}x; with today's thirteen patches (run V1, "
+              f"{v1_st['date']}, two passes) {v1[0]['mixed-none'][3] / v1[0]['mixed-tpar'][3]:.2f}x and "
+              f"{v1[3]['mixed-none'][3] / v1[3]['mixed-tpar'][3]:.2f}x.")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
 
@@ -219,6 +227,7 @@ def render():
     blocks.update(render_mixed())
     blocks.update(render_mixed_r1())
     blocks.update(render_mixed_t1())
+    blocks.update(render_mixed_v1())
     return blocks
 
 
@@ -377,6 +386,47 @@ def render_mixed_r1():
         f"run's ten servers.",
     ])
     return {"server-mixed-r1": head + "\n\n" + table + "\n\n" + note + "\n\n" + targets}
+
+
+def render_mixed_v1():
+    """The mixed traffic with patch 0013 (the meta backend's split states) and without it, two passes in four
+    commands on one machine: one GPU, tpar and replay off with the thirteen patches, tpar with the twelve."""
+    texts = [decode_report.read(f) for f in MIXED_V1]
+    runs = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in texts]
+    stamps = [decode_report.stamp(t) for t in texts]
+    if stamps[0]["tree"] != stamps[3]["tree"] or stamps[1]["tree"] != stamps[2]["tree"]:
+        raise ValueError("run V1: a pass's logs are of different trees")
+    first, again = runs[0], runs[3]
+    first["mixed-tpar-12"], again["mixed-tpar-12"] = runs[1]["mixed-tpar"], runs[2]["mixed-tpar"]
+    none1, none2 = first["mixed-none"][3], again["mixed-none"][3]
+    st, old = stamps[0], stamps[1]["tree"]
+    names = [("mixed-none", "`-sm none`, one GPU"),
+             ("mixed-tpar", "`-sm tensor`, tpar (defaults: replay on), thirteen patches"),
+             ("mixed-tpar-noreplay", "`-sm tensor`, tpar, `GGML_VK_DISABLE_REPLAY=1`, thirteen patches"),
+             ("mixed-tpar-12", f"`-sm tensor`, tpar, twelve patches (the bundle of {old}, without 0013)")]
+    table, answered, asked = mixed_passes_table(names, [[(first, none1)], [(again, none2)]])
+    head = (f"Run V1: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']} (llama.cpp with the "
+            f"thirteen patches: 0013 makes the meta backend's split of a new graph cheaper) beside the bundle of {old} "
+            f"(twelve patches), four commands back to back on one machine: `MIXED_MODES=none,tpar,tpar-noreplay "
+            f"scripts/gpu-suite.sh env server-mixed`, `MIXED_MODES=tpar scripts/gpu-suite.sh --bin OLD server-mixed` "
+            f"twice, then `MIXED_MODES=tpar-noreplay,tpar,none`. The same server and traffic as T1 and R1 below; "
+            f"{answered} of {asked} requests answered. Raw: "
+            + ", ".join(f"[perf/raw/{f}](perf/raw/{f})" for f in MIXED_V1) + ".")
+    t1, t2 = first["mixed-tpar"][3], again["mixed-tpar"][3]
+    o1, o2 = first["mixed-tpar-noreplay"][3], again["mixed-tpar-noreplay"][3]
+    w1, w2 = first["mixed-tpar-12"][3], again["mixed-tpar-12"][3]
+    spread = abs(none1 - none2)
+    within = "within" if max(abs(t1 - w1), abs(t2 - w2)) < spread else "beyond"
+    note = (f"One GPU's own two passes differ by {spread:.2f} s; tpar with and without patch 0013 "
+            f"differ by {abs(t1 - w1):.2f} and {abs(t2 - w2):.2f} s in the two passes, {within} that spread.")
+    targets = "\n".join([
+        f"- tpar's time for the 16 rounds ≤ 0.83x one GPU's: **missed**, {t1 / none1:.2f}x and {t2 / none2:.2f}x in the "
+        f"two passes ({t1:.2f} s against {none1:.2f}; {t2:.2f} against {none2:.2f}).",
+        f"- Replay on never slower than replay off: **{'met' if t1 <= o1 and t2 <= o2 else 'missed'}**: {t1:.2f} s on "
+        f"against {o1:.2f} off in the first pass, {t2:.2f} against {o2:.2f} in the second.",
+        f"- No request fails for a reason `-sm none` does not show too: **met**, {answered} of {asked} answered.",
+    ])
+    return {"server-mixed-v1": head + "\n\n" + table + "\n\n" + note + "\n\n" + targets}
 
 
 def render_mixed_t1():
