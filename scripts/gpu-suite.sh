@@ -166,7 +166,7 @@ mkdir -p "$out" "$models"
 bin=/tmp/tpar-gpu-bin
 log="$out/suite-$(IFS=-; echo "${parts[*]}").log"
 say() { echo "gpu-suite.sh: $*" | tee -a "$log" >&2; }
-relative() { sed "s|$root/||g"; }  # a log names files relative to the checkout, not this machine's paths
+relative() { sed "s|$out/||g; s|$root/||g"; }  # a log names files beside it or relative to the checkout, not this machine's paths
 
 # The Vulkan loader (and vulkaninfo) where the machine has none: Debian's packages that
 # gpu-bundle.sh put in the bundle.
