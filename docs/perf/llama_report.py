@@ -52,6 +52,8 @@ MIXED_T1 = ("server-mixed-h200x2-785d281.txt", "server-mixed-again-h200x2-785d28
 # run V1: four commands back to back on one machine, with patch 0013 (thirteen patches) and the bundle without it
 MIXED_V1 = ("server-mixed-h200x2-601d1ba.txt", "server-mixed-12p-h200x2-ccbf4c7.txt",
             "server-mixed-12p-again-h200x2-ccbf4c7.txt", "server-mixed-again-h200x2-601d1ba.txt")
+# run W1: three commands back to back on one machine, with patch 0014 (fourteen patches) and the bundle of 601d1ba
+MIXED_W1 = ("server-mixed-h200x2-956f288.txt", "server-mixed-13p-h200x2-601d1ba.txt", "server-mixed-again-h200x2-956f288.txt")
 DECODE = "decode-h200x2-1fcf991.txt"
 DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
@@ -137,6 +139,9 @@ def render_first():
     v1_texts = [decode_report.read(f) for f in MIXED_V1]
     v1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in v1_texts]
     v1_st = decode_report.stamp(v1_texts[0])
+    w1_texts = [decode_report.read(f) for f in MIXED_W1]
+    w1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in w1_texts]
+    w1_st = decode_report.stamp(w1_texts[0])
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
@@ -147,9 +152,12 @@ def render_first():
               f"{r1[2]['mixed-none'][3] / r1[2]['mixed-tpar'][3]:.2f}x, `-sm layer` "
               f"{r1[0]['mixed-none'][3] / r1[0]['mixed-layer'][3]:.2f}x; with replay found by the subgraph's nodes "
               f"(patch 0012, run T1, {t1_st['date']}, two passes) {t1[0]['mixed-none'][3] / t1[0]['mixed-tpar'][3]:.2f}x "
-              f"and {t1[1]['mixed-none'][3] / t1[1]['mixed-tpar'][3]:.2f}x; with today's thirteen patches (run V1, "
+              f"and {t1[1]['mixed-none'][3] / t1[1]['mixed-tpar'][3]:.2f}x; with thirteen patches (run V1, "
               f"{v1_st['date']}, two passes) {v1[0]['mixed-none'][3] / v1[0]['mixed-tpar'][3]:.2f}x and "
-              f"{v1[3]['mixed-none'][3] / v1[3]['mixed-tpar'][3]:.2f}x.")
+              f"{v1[3]['mixed-none'][3] / v1[3]['mixed-tpar'][3]:.2f}x; with today's fourteen (run W1, {w1_st['date']}, "
+              f"three passes) {w1[0]['mixed-none'][3] / w1[0]['mixed-tpar'][3]:.2f}x, "
+              f"{w1[0]['mixed-none-p2'][3] / w1[0]['mixed-tpar-p2'][3]:.2f}x and "
+              f"{w1[2]['mixed-none'][3] / w1[2]['mixed-tpar'][3]:.2f}x.")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
 
@@ -228,6 +236,7 @@ def render():
     blocks.update(render_mixed_r1())
     blocks.update(render_mixed_t1())
     blocks.update(render_mixed_v1())
+    blocks.update(render_mixed_w1())
     return blocks
 
 
@@ -314,7 +323,8 @@ def mixed_r1():
     return [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in texts], decode_report.stamp(texts[0]), texts
 
 
-def mixed_passes_table(names, columns):
+def mixed_passes_table(names, columns, heads=("first pass: seconds for the 16 rounds (against one GPU's time), tokens",
+                                              "second pass")):
     """A table of mixed-traffic passes: a row a mode of `names` ((label, name)), a column a pass; each column is a
     list of (runs by label, one GPU's seconds), the first holding the mode giving the cell. Returns the table and
     the requests answered and asked over its cells; a request unanswered is an error."""
@@ -332,8 +342,7 @@ def mixed_passes_table(names, columns):
             answered, asked = answered + x[0], asked + x[1]
             cells.append(f"{x[3]:.2f} s ({x[3] / none:.2f}x), {x[2]} tokens")
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    table = "\n".join(["| mode | first pass: seconds for the 16 rounds (against one GPU's time), tokens | second pass |",
-                        "|---|---|---|", *rows])
+    table = "\n".join(["| mode | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads), *rows])
     return table, answered, asked
 
 
@@ -427,6 +436,62 @@ def render_mixed_v1():
         f"- No request fails for a reason `-sm none` does not show too: **met**, {answered} of {asked} answered.",
     ])
     return {"server-mixed-v1": head + "\n\n" + table + "\n\n" + note + "\n\n" + targets}
+
+
+def render_mixed_w1():
+    """The mixed traffic with patch 0014 (the split-state cache kept across graphs) and without it, in three commands
+    on one machine: one GPU, tpar and replay off in two passes and tpar and one GPU once more with the fourteen
+    patches; between them tpar in two passes with the thirteen (the bundle of 601d1ba)."""
+    texts = [decode_report.read(f) for f in MIXED_W1]
+    runs = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in texts]
+    stamps = [decode_report.stamp(t) for t in texts]
+    if stamps[0]["tree"] != stamps[2]["tree"] or stamps[1]["tree"] == stamps[0]["tree"]:
+        raise ValueError("run W1: the first and last logs must be of one tree, the middle one of another")
+    a, b, c = runs
+    a2 = {k[:-3]: v for k, v in a.items() if k.endswith("-p2")}
+    b2 = {k[:-3]: v for k, v in b.items() if k.endswith("-p2")}
+    a1 = {k: v for k, v in a.items() if not k.endswith("-p2")}
+    b1 = {k: v for k, v in b.items() if not k.endswith("-p2")}
+    b1["mixed-tpar-13"], b2["mixed-tpar-13"] = b1.pop("mixed-tpar"), b2.pop("mixed-tpar")
+    nones = [a1["mixed-none"][3], a2["mixed-none"][3], c["mixed-none"][3]]
+    none_mean = sum(nones) / len(nones)
+    st, old = stamps[0], stamps[1]["tree"]
+    names = [("mixed-none", "`-sm none`, one GPU"),
+             ("mixed-tpar", "`-sm tensor`, tpar (defaults: replay on), fourteen patches"),
+             ("mixed-tpar-noreplay", "`-sm tensor`, tpar, `GGML_VK_DISABLE_REPLAY=1`, fourteen patches"),
+             ("mixed-tpar-13", f"`-sm tensor`, tpar, thirteen patches (the bundle of {old}, without 0014)")]
+    table, answered, asked = mixed_passes_table(
+        names, [[(a1, nones[0])], [(a2, nones[1])], [(b1, none_mean)], [(b2, none_mean)], [(c, nones[2])]],
+        heads=("command 1, first pass: seconds for the 16 rounds (against one GPU's), tokens", "command 1, second pass",
+               "command 2, first pass", "command 2, second pass", "command 3"))
+    head = (f"Run W1: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']} (llama.cpp with the "
+            f"fourteen patches: 0014 keeps the meta backend's split-state cache entries across graphs) beside the bundle "
+            f"of {old} (thirteen patches), three commands back to back on one machine: `MIXED_MODES=none,tpar,tpar-noreplay "
+            f"MIXED_PASSES=2 scripts/gpu-suite.sh env server-mixed`, `MIXED_MODES=tpar MIXED_PASSES=2 scripts/gpu-suite.sh "
+            f"--bin OLD server-mixed`, `MIXED_MODES=tpar,none scripts/gpu-suite.sh server-mixed` (a second pass runs the "
+            f"modes in reverse). The same server and traffic as V1 below; {answered} of {asked} requests answered. The "
+            f"thirteen patches' passes are set against the mean of one GPU's three ({none_mean:.2f} s). Raw: "
+            + ", ".join(f"[perf/raw/{f}](perf/raw/{f})" for f in MIXED_W1) + ".")
+    t14 = [a1["mixed-tpar"][3], a2["mixed-tpar"][3], c["mixed-tpar"][3]]
+    t13 = [b1["mixed-tpar-13"][3], b2["mixed-tpar-13"][3]]
+    off = [a1["mixed-tpar-noreplay"][3], a2["mixed-tpar-noreplay"][3]]
+    m14, m13 = sum(t14) / len(t14), sum(t13) / len(t13)
+    spread = max(max(v) - min(v) for v in (nones, t14, t13, off))
+    within = "within" if abs(m14 - m13) < spread else "beyond"
+    note = (f"tpar's mean with 0014 is {m14:.2f} s over three passes, {m13:.2f} s without it over two: "
+            f"{abs(m14 - m13):.2f} s apart, {within} the spread of one mode's own passes in this run "
+            f"(up to {spread:.2f} s).")
+    ratios = [t / n for t, n in zip(t14, nones)]
+    met = all(t <= o for t, o in zip(t14, off))
+    targets = "\n".join([
+        f"- tpar's time for the 16 rounds ≤ 0.83x one GPU's: **{'met' if max(ratios) <= 0.83 else 'missed'}**, "
+        + ", ".join(f"{r:.2f}x" for r in ratios) + " in the three passes with the fourteen patches.",
+        f"- Replay on never slower than replay off: **{'met' if met else 'missed'}** in both passes that ran both: "
+        + "; ".join(f"{t:.2f} s on against {o:.2f} off" for t, o in zip(t14, off)) + ".",
+        f"- No request fails for a reason `-sm none` does not show too: **{'met' if answered == asked else 'missed'}**, "
+        f"{answered} of {asked} answered.",
+    ])
+    return {"server-mixed-w1": head + "\n\n" + table + "\n\n" + note + "\n\n" + targets}
 
 
 def render_mixed_t1():
