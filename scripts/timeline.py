@@ -14,8 +14,9 @@ draws the last and prints the median over every complete step instead (the host'
 a mean a step, per host thread too), what a token costs rather than one token. Printed, and
 written with --summary-json: the step's time; the host's time before its first
 graph_compute (under -sm tensor the meta backend's split of a graph built anew lies there,
-host_before_enqueue_us); the step's time in no host span (llama.cpp's own work: building
-and allocating the graph, sampling; host_outside_spans_us); the host's enqueue time (its
+host_before_enqueue_us); the step's time in no host span (llama.cpp's own work: sampling,
+and building and allocating the next step's graph, which lie between the synchronizes that
+end a step; host_outside_spans_us); the host's enqueue time (its
 first graph_compute to the start of its synchronize); how much of the GPUs' work was done
 when the host finished enqueuing; per device its busy time, vkQueueSubmit calls (command
 buffers submitted together), semaphore waits, and the time its GPU spent on ggml's work
