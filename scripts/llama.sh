@@ -120,10 +120,10 @@ unpack_pinned() {
       while IFS= read -r line; do
         if [[ $line =~ ^Files\ (.+)\ and\ (.+)\ differ$ ]]; then
           a=${BASH_REMATCH[1]} b=${BASH_REMATCH[2]}
-          cp -p "$b" "$a"; n=$((n + 1))
+          cp "$b" "$a"; n=$((n + 1))  # not -p: a file back at the tarball's older time would not rebuild
         elif [[ $line =~ ^Only\ in\ (.+):\ (.+)$ ]]; then
           a=${BASH_REMATCH[1]}/${BASH_REMATCH[2]}
-          if [[ $a == "$fresh"/* ]]; then cp -pr "$a" "$src${a#"$fresh/llama.cpp"}"; else rm -rf "$a"; fi
+          if [[ $a == "$fresh"/* ]]; then cp -r "$a" "$src${a#"$fresh/llama.cpp"}"; else rm -rf "$a"; fi
           n=$((n + 1))
         fi
       done < <(diff -rq "$src" "$fresh/llama.cpp" || true)
