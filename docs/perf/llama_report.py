@@ -54,6 +54,8 @@ MIXED_V1 = ("server-mixed-h200x2-601d1ba.txt", "server-mixed-12p-h200x2-ccbf4c7.
             "server-mixed-12p-again-h200x2-ccbf4c7.txt", "server-mixed-again-h200x2-601d1ba.txt")
 # run W1: three commands back to back on one machine, with patch 0014 (fourteen patches) and the bundle of 601d1ba
 MIXED_W1 = ("server-mixed-h200x2-956f288.txt", "server-mixed-13p-h200x2-601d1ba.txt", "server-mixed-again-h200x2-956f288.txt")
+MIXED_X1 = ("server-mixed-h200x2-7e23035.txt", "server-mixed-14p-h200x2-57cd294.txt")
+HOST_TIMERS_X1 = "host-timers-h200x2-7e23035.txt"
 DECODE = "decode-h200x2-1fcf991.txt"
 DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
@@ -142,6 +144,7 @@ def render_first():
     w1_texts = [decode_report.read(f) for f in MIXED_W1]
     w1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in w1_texts]
     w1_st = decode_report.stamp(w1_texts[0])
+    x1, _, x1_st, _ = mixed_x1()
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
@@ -154,10 +157,12 @@ def render_first():
               f"(patch 0012, run T1, {t1_st['date']}, two passes) {t1[0]['mixed-none'][3] / t1[0]['mixed-tpar'][3]:.2f}x "
               f"and {t1[1]['mixed-none'][3] / t1[1]['mixed-tpar'][3]:.2f}x; with thirteen patches (run V1, "
               f"{v1_st['date']}, two passes) {v1[0]['mixed-none'][3] / v1[0]['mixed-tpar'][3]:.2f}x and "
-              f"{v1[3]['mixed-none'][3] / v1[3]['mixed-tpar'][3]:.2f}x; with today's fourteen (run W1, {w1_st['date']}, "
+              f"{v1[3]['mixed-none'][3] / v1[3]['mixed-tpar'][3]:.2f}x; with fourteen (run W1, {w1_st['date']}, "
               f"three passes) {w1[0]['mixed-none'][3] / w1[0]['mixed-tpar'][3]:.2f}x, "
               f"{w1[0]['mixed-none-p2'][3] / w1[0]['mixed-tpar-p2'][3]:.2f}x and "
-              f"{w1[2]['mixed-none'][3] / w1[2]['mixed-tpar'][3]:.2f}x.")
+              f"{w1[2]['mixed-none'][3] / w1[2]['mixed-tpar'][3]:.2f}x; with today's fifteen (run X1, {x1_st['date']}, "
+              f"two passes) {x1[0]['mixed-none'][3] / x1[0]['mixed-tpar'][3]:.2f}x and "
+              f"{x1[1]['mixed-none'][3] / x1[1]['mixed-tpar'][3]:.2f}x.")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
 
@@ -237,6 +242,7 @@ def render():
     blocks.update(render_mixed_t1())
     blocks.update(render_mixed_v1())
     blocks.update(render_mixed_w1())
+    blocks.update(render_mixed_x1())
     return blocks
 
 
@@ -493,6 +499,87 @@ def render_mixed_w1():
         f"{answered} of {asked} answered.",
     ])
     return {"server-mixed-w1": head + "\n\n" + table + "\n\n" + note + "\n\n" + targets}
+
+
+def mixed_x1():
+    """Run X1's passes: ([first command's passes], [second command's passes], the first log's stamp, the second's);
+    a pass is {label: (answered, asked, tokens, seconds, t/s)} with the second pass's '-p2' taken off."""
+    texts = [decode_report.read(f) for f in MIXED_X1]
+    runs = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in texts]
+    stamps = [decode_report.stamp(t) for t in texts]
+
+    def passes(run):
+        return ({k: v for k, v in run.items() if not k.endswith("-p2")},
+                {k[:-3]: v for k, v in run.items() if k.endswith("-p2")})
+    return passes(runs[0]), passes(runs[1]), stamps[0], stamps[1]
+
+
+def host_timer_sums(text):
+    """{timer file: the medians of a graph built anew, in ms: graph build + allocation (+ the meta backend's rebuild)}
+    from a host_timers_summary.py output."""
+    out, name = {}, None
+    for line in text.splitlines():
+        m = re.match(r"(timers-\S+)\.tq: \d+ graphs built anew", line)
+        if m:
+            name = m.group(1)
+            out[name] = 0.0
+            continue
+        m = re.match(r"  (graph build|allocation \(sched_alloc_graph\)|meta backend's rebuild \(graph_compute\))\s+median\s+(\d+)", line)
+        if m and name:
+            out[name] += int(m.group(2)) / 1000
+    return out
+
+
+def render_mixed_x1():
+    """The mixed traffic with patch 0015 (a new graph's split states and slices found with less work) and without it,
+    in two commands on one machine: one GPU and tpar in two passes with the fifteen patches, then tpar in two passes
+    with the fourteen; both builds carry the host timers of host-timers-h200x2-7e23035.txt."""
+    (a1, a2), (b1, b2), st, old = mixed_x1()
+    b1["mixed-tpar-14"], b2["mixed-tpar-14"] = b1.pop("mixed-tpar"), b2.pop("mixed-tpar")
+    nones = [a1["mixed-none"][3], a2["mixed-none"][3]]
+    none_mean = sum(nones) / len(nones)
+    names = [("mixed-none", "`-sm none`, one GPU"),
+             ("mixed-tpar", "`-sm tensor`, tpar (defaults), fifteen patches"),
+             ("mixed-tpar-14", "`-sm tensor`, tpar, fourteen patches (without 0015)")]
+    table, answered, asked = mixed_passes_table(
+        names, [[(a1, nones[0])], [(a2, nones[1])], [(b1, none_mean)], [(b2, none_mean)]],
+        heads=("command 1, first pass: seconds for the 16 rounds (against one GPU's), tokens", "command 1, second pass",
+               "command 2, first pass", "command 2, second pass"))
+    head = (f"Run X1: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, llama.cpp with the fifteen patches of "
+            f"tree {st['tree'].split()[0]} (0015 finds a new graph's split states and slices with less work) beside the "
+            f"fourteen before it, both built with the host timers, two commands back to back on one machine: "
+            f"`MIXED_MODES=none,tpar MIXED_PASSES=2 scripts/gpu-suite.sh --bin BUNDLE-15 server-mixed`, then "
+            f"`MIXED_MODES=tpar MIXED_PASSES=2 scripts/gpu-suite.sh --bin BUNDLE-14 server-mixed` (a second pass runs the "
+            f"modes in reverse). The same server and traffic as W1 below; {answered} of {asked} requests answered. The "
+            f"fourteen patches' passes are set against the mean of one GPU's two ({none_mean:.2f} s). Raw: "
+            + ", ".join(f"[perf/raw/{f}](perf/raw/{f})" for f in MIXED_X1) + ".")
+    t15 = [a1["mixed-tpar"][3], a2["mixed-tpar"][3]]
+    t14 = [b1["mixed-tpar-14"][3], b2["mixed-tpar-14"][3]]
+    m15, m14 = sum(t15) / len(t15), sum(t14) / len(t14)
+    spread = max(max(v) - min(v) for v in (nones, t15, t14))
+    within = "within" if abs(m15 - m14) < spread else "beyond"
+    note = (f"tpar's mean is {m15:.2f} s with 0015 and {m14:.2f} s without it, {abs(m15 - m14):.2f} s apart, {within} "
+            f"the spread of one mode's own passes in this run (up to {spread:.2f} s); against the mean of one GPU's "
+            f"passes tpar takes {m15 / none_mean:.2f}x its time ({none_mean / m15:.2f}x its rate).")
+    ratios = [t / n for t, n in zip(t15, nones)]
+    targets = "\n".join([
+        f"- tpar's time for the 16 rounds ≤ 0.83x one GPU's: **{'met' if max(ratios) <= 0.83 else 'missed'}**, "
+        + " and ".join(f"{r:.3f}x" for r in ratios) + " in the two passes with the fifteen patches"
+        + (f" (the first {ratios[0]:.3f}x: {(ratios[0] - 0.83) * nones[0]:.2f} s over)" if ratios[0] > 0.83 else "") + ".",
+        f"- No request fails for a reason `-sm none` does not show too: **{'met' if answered == asked else 'missed'}**, "
+        f"{answered} of {asked} answered.",
+    ])
+    sums = host_timer_sums(decode_report.read(HOST_TIMERS_X1))
+
+    def span(prefix):
+        v = [x for k, x in sums.items() if k.startswith(prefix)]
+        return f"{min(v):.1f}-{max(v):.1f} ms"
+    host = (f"The host timers ([perf/raw/{HOST_TIMERS_X1}](perf/raw/{HOST_TIMERS_X1})): a graph built anew cost the "
+            f"host, as the medians of its build, its allocation and (under `-sm tensor`) the meta backend's rebuild, "
+            f"{span('timers-x1-tpar-15p')} for tpar with fifteen patches, {span('timers-x1-tpar-14p')} with fourteen, and "
+            f"{span('timers-x1-none')} for one GPU, whose scheduler splits the graph for ggml-vulkan; on one H200 opened "
+            f"as two devices the same work took {span('timers-virtual-tpar')}.")
+    return {"server-mixed-x1": head + "\n\n" + table + "\n\n" + note + "\n\n" + host + "\n\n" + targets}
 
 
 def render_mixed_t1():
