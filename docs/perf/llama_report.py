@@ -145,6 +145,7 @@ def render_first():
     w1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in w1_texts]
     w1_st = decode_report.stamp(w1_texts[0])
     x1, _, x1_st, _ = mixed_x1()
+    x1_rates = [p["mixed-none"][3] / p["mixed-tpar"][3] for p in x1]
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
@@ -198,7 +199,8 @@ def render_first():
                f"({span(min(v[1] for v in small), max(v[1] for v in small))}; the decode-only rows of the same run: "
                f"{span(min(now['8b']['auto'], now['8b-q4_k_m']['auto']), max(now['8b']['auto'], now['8b-q4_k_m']['auto']))}; "
                f"on four GPUs {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server under mixed traffic serves "
-               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate. With the AllReduce skipped (timing only) two GPUs decode "
+               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate in that run ({span(*sorted(x1_rates))} in run X1 with "
+               f"today's fifteen patches). With the AllReduce skipped (timing only) two GPUs decode "
                f"the 8B shapes at {bound_8b:.2f}x one GPU in the same run: the rest of the gap is the AllReduce's cost inside "
                f"the token, and the gap from there to 2x is each GPU's own share, which at 8B sizes is set by ggml's "
                f"dispatches more than by its bytes (docs/design/token-bound.md). CUDA with "
