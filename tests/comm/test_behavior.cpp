@@ -129,6 +129,15 @@ TEST_CASE("1000 calls of varying size, several in flight: every result right, st
                                 << comm.staging_bytes());
   CHECK(after_large == peak);
   CHECK(comm.staging_bytes() * 4 < peak);  // shrank once small calls were all it saw
+  // plan_stats counts what was built: at least the first staging, the growth to the large
+  // calls and the shrink after them, the largest staging the peak, and a plan a shape at least
+  const PlanStats built = comm.plan_stats();
+  MESSAGE("staging made " << built.generations << " times, " << built.plans << " plans");
+  CHECK(built.generations >= 3);
+  CHECK(built.largest_staging == peak);
+  CHECK(built.plans >= built.generations);
+  CHECK(built.generation_time.count() > 0);
+  CHECK(built.plan_time.count() > 0);
 }
 
 TEST_CASE("slot sets sized by bytes: a decode step's calls in flight at once, prefill's within the same staging") {

@@ -49,6 +49,7 @@ class AnyCommunicator {
   std::uint32_t in_flight() const { return impl_->in_flight(); }
   const CallInfo& last_call() const { return impl_->last_call(); }
   RelayStats relay_stats() const { return impl_->relay_stats(); }
+  PlanStats plan_stats() const { return impl_->plan_stats(); }
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
     return impl_->schedule_request(count, wire, contributing);
@@ -87,6 +88,7 @@ class AnyCommunicator {
     virtual std::uint32_t in_flight() const = 0;
     virtual const CallInfo& last_call() const = 0;
     virtual RelayStats relay_stats() const = 0;
+    virtual PlanStats plan_stats() const = 0;
     virtual ScheduleRequest schedule_request(std::size_t, std::optional<Wire>, std::uint32_t) const = 0;
     virtual CallProfile profile() = 0;
   };
@@ -119,6 +121,7 @@ class AnyCommunicator {
     std::uint32_t in_flight() const override { return comm.in_flight(); }
     const CallInfo& last_call() const override { return comm.last_call(); }
     RelayStats relay_stats() const override { return comm.relay_stats(); }
+    PlanStats plan_stats() const override { return comm.plan_stats(); }
     ScheduleRequest schedule_request(std::size_t c, std::optional<Wire> w, std::uint32_t m) const override {
       return comm.schedule_request(c, w, m);
     }

@@ -85,6 +85,18 @@ struct RelayStats {
   std::chrono::nanoseconds kernel_gap_median{0};  // of the gaps, to 0.25 us; 1 ms: 1 ms or more
 };
 
+// What the communicator built on the host so far: host staging generations (made when a
+// call needs more staging than is held, or when Capacity shrinks it; each drops every plan)
+// and plans (one a call shape), with the host time each took (pinning and importing the
+// staging, creating descriptor sets and recording command buffers).
+struct PlanStats {
+  std::uint64_t generations = 0;
+  std::chrono::nanoseconds generation_time{0};
+  std::uint64_t largest_staging = 0;  // bytes of host staging, all devices, of the largest generation
+  std::uint64_t plans = 0;
+  std::chrono::nanoseconds plan_time{0};
+};
+
 namespace detail {
 // `total` over `n`, in microseconds to one decimal ("9.1").
 inline std::string mean_us(std::chrono::nanoseconds total, std::uint64_t n) {

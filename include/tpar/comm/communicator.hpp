@@ -148,6 +148,9 @@ class Communicator {
     return relay_->stats();
   }
 
+  // Staging generations and plans built so far, and the host time they took.
+  PlanStats plan_stats() const { return plan_stats_; }
+
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits
   // (bounded) for the call to finish. Call it right after the call it describes.
   CallProfile profile() {
@@ -614,8 +617,12 @@ class Communicator {
     const auto host_cap = host_capacity_.update(host_need);
     const auto scratch_cap = scratch_capacity_.update(scratch_need);
     if (!generation_ || host_cap || scratch_cap) {
+      const auto began = std::chrono::steady_clock::now();
       auto fresh = std::make_shared<Generation>(group_, host_capacity_.current(), options_.depth_for(host_capacity_.current()),
                                                 scratch_capacity_.current());
+      ++plan_stats_.generations;
+      plan_stats_.generation_time += std::chrono::steady_clock::now() - began;
+      plan_stats_.largest_staging = std::max(plan_stats_.largest_staging, fresh->host_bytes_total());
       retire_generation();
       generation_ = std::move(fresh);
       it = plans_.end();
@@ -625,7 +632,10 @@ class Communicator {
       if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
       return *plans_.front();
     }
+    const auto began = std::chrono::steady_clock::now();
     plans_.push_front(make_plan(std::move(key), std::move(*built)));
+    ++plan_stats_.plans;
+    plan_stats_.plan_time += std::chrono::steady_clock::now() - began;
     if (plans_.size() > max_plans) {
       retire_plan(std::move(plans_.back()));
       plans_.pop_back();
@@ -1296,6 +1306,7 @@ class Communicator {
   std::unique_ptr<detail::RelayHub> relay_;  // made by the first relay call
   bool last_was_relay_ = false;               // whether the last call took the relay
   Capacity host_capacity_, scratch_capacity_;
+  PlanStats plan_stats_;
   std::shared_ptr<Generation> generation_;
   std::list<std::unique_ptr<PlanType>> plans_;  // most recently used first
   std::list<Retired> retiring_;

@@ -253,6 +253,16 @@ class GgmlComm {
                                   " in tpar's own command buffer; " + std::to_string(r.refused) +
                                   " sites could not serve a call (the subgraph was recorded anew)");
       }
+      if (const PlanStats p = comm_->plan_stats(); p.generations) {
+        // a server whose calls change size: how often the staging was made anew, and the plans
+        log(LogLevel::info, "ggml comm: host staging made " +
+                                (p.generations == 1 ? std::string("once") : std::to_string(p.generations) + " times") +
+                                " (the largest " +
+                                std::to_string(p.largest_staging >> 10) + " KiB, all devices), " +
+                                tpar::detail::mean_us(p.generation_time, p.generations) + " us each; " +
+                                std::to_string(p.plans) + " plans made" +
+                                (p.plans ? ", " + tpar::detail::mean_us(p.plan_time, p.plans) + " us each" : std::string()));
+      }
       if (const RelayStats r = comm_->relay_stats(); r.calls) {
         // the host's side of a call: from every device's first values seen to the sum and
         // flag in every slot (reading the values as they come, summing, writing)
