@@ -75,7 +75,7 @@ if [[ $mixed -eq 1 ]]; then
   pack "$build/tests/numerics"
   "$root/scripts/lavapipe-pack.sh" "$out/lvp.tar.xz" >&2
 else
-  for p in llama-bench llama-server llama-quantize tpar-llama-model tpar-llama-logits; do pack "$root/build-llama/build/bin/$p"; done
+  for p in llama-bench llama-batched-bench llama-server llama-quantize tpar-llama-model tpar-llama-logits; do pack "$root/build-llama/build/bin/$p"; done
   if [[ -n "$old_ref" ]]; then
     mkdir -p "$out/bin-old"
     pack "$root/build-llama-old/build-$old_ref/build/bin/llama-bench" bin-old

@@ -84,6 +84,7 @@
 #             (replay recording a subgraph when seen twice, the default), tpar recording
 #             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
 #             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,tpar-oneshot,
+#             tpar-relay-t4 (four relay threads: TPAR_RELAY_THREADS=4),
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
 #             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-skip (the
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
@@ -97,7 +98,15 @@
 #             MIXED_PASSES=N runs the modes N times (1 to 9), every second pass in the
 #             reverse order, the servers of pass K labelled mixed-MODE-pK from the second
 #             (steady and trace run in the first pass only);
-#             MIXED_ROUNDS, MIXED_SEED and MIXED_MAX_SECONDS (default 480, a mode's bound)
+#             MIXED_ROUNDS, MIXED_SEED and MIXED_MAX_SECONDS (default 480, a mode's bound);
+#             each server first answers server_load.py --warm's requests, untimed
+#             (MIXED_WARM=0 leaves them out, as runs before the warm-up did)
+#   batched   llama-batched-bench on the 8B shapes (q8_0): decode with 1, 2, 3 and 4
+#             sequences at once (-npp 128 -ntg 128 -npl 1,2,3,4), a server's decode steps
+#             without the server: -sm none on one GPU, -sm tensor with tpar on 2;
+#             BATCHED_ROWS picks the tensor rows (some of auto, relay-t4: TPAR_RELAY_THREADS=4,
+#             oneshot, skip: free boundaries, timing only, ggml; default auto,relay-t4,skip),
+#             BATCHED_MODELS some of 8b,8b-q4_k_m (default 8b)
 #   server-steps  llama-server on the 8B shapes, 4 slots: scripts/server_steps.py's
 #             phases (1 to 4 requests at once, long prompts, and at the end 2 requests after
 #             a history of slots used in turn), one server a mode; STEPS_MODES picks some
@@ -156,7 +165,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server|server-mixed|server-steps|probes) parts+=("$1"); shift ;;
+    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server|server-mixed|server-steps|batched|probes) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -243,7 +252,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
-    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped|device parts recorded|first values came|relay.s kernels" "$out/bench.err" | sed 's/^/# /' >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped|device parts recorded|first values came|relay.s kernels|host staging made" "$out/bench.err" | sed 's/^/# /' >> "$log"
   else
     tail -15 "$out/bench.err" >> "$log"
     part_fail "llama-bench $label"
@@ -467,7 +476,7 @@ server_up() {
 # The server stopped, and tpar's summary lines from its log: LABEL
 server_down() {
   kill -INT $srv_pid 2>/dev/null; wait $srv_pid 2>/dev/null
-  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|relay.s kernels" "$out/server-$1.err" | sed 's/^/# /' >> "$log" || true
+  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|relay.s kernels|host staging made" "$out/server-$1.err" | sed 's/^/# /' >> "$log" || true
 }
 
 # One llama-server of model $m, then server_load.py's requests into the log (fixed token
@@ -509,6 +518,52 @@ run_server() {
     part_fail "tpar's texts differ from ggml's (one slot)"
   echo "## server summary ($(basename "$m"), 128 tokens a request)" >> "$log"
   grep -E "^[a-z0-9-]+: ([0-9]+ of [0-9]+ requests answered|llama-server did not come up)" "$log" | sed 's/^/# /' >> "$log"
+}
+
+# A server's decode steps without the server (part batched): llama-batched-bench, decode of
+# 1 to 4 sequences at once, each sequence in its own KV stream as llama-server's slots are.
+run_batched() {
+  say "part batched"
+  local name m row
+  local models=${BATCHED_MODELS:-8b}
+  for name in ${models//,/ }; do
+    case $name in
+      8b) m=$(model llama3-8b-q8_0 --preset llama3-8b) || return ;;
+      8b-q4_k_m) m=$(model llama3-8b-q4_k_m --preset llama3-8b --type q4_k_m) || return ;;
+      *) part_fail "BATCHED_MODELS: no model $name (8b, 8b-q4_k_m)"; continue ;;
+    esac
+    batched_one "none-$name" "$m" 1 none
+    for row in $(tr ',' ' ' <<< "${BATCHED_ROWS:-auto,relay-t4,skip}"); do
+      case $row in
+        auto) batched_one "tpar-$name" "$m" 2 tensor ;;
+        relay-t4) batched_one "tpar-relay-t4-$name" "$m" 2 tensor TPAR_RELAY_THREADS=4 ;;
+        oneshot) batched_one "tpar-oneshot-$name" "$m" 2 tensor TPAR_ALGO=oneshot ;;
+        skip) batched_one "tpar-skip-$name" "$m" 2 tensor TPAR_GGML_SKIP_ALLREDUCE=1 ;;
+        ggml) batched_one "ggml-$name" "$m" 2 tensor GGML_VK_DISABLE_TPAR=1 ;;
+        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t4, oneshot, skip, ggml)" ;;
+      esac
+    done
+    batched_one "none-$name-last" "$m" 1 none
+  done
+}
+
+batched_one() {  # LABEL MODEL DEVICES SM ENV...
+  local label=$1 m=$2 n=$3 sm=$4; shift 4
+  local vis args="-ngl 99 -fa on -c 4096 -npp 128 -ntg 128 -npl 1,2,3,4"
+  vis=$(visible "$n")
+  [[ $sm == none ]] && vis=0
+  echo "## llama-batched-bench $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-batched-bench -m $(basename "$m") -sm $sm $args" >> "$log"
+  local start=$SECONDS
+  # shellcheck disable=SC2086
+  if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-batched-bench" -m "$m" -sm "$sm" $args \
+       > "$out/batched.tmp" 2> "$out/batched.err"; then
+    grep -E "^\|" "$out/batched.tmp" >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|relay.s kernels|host staging made|AllReduces skipped" "$out/batched.err" | sed 's/^/# /' >> "$log"
+  else
+    tail -15 "$out/batched.err" >> "$log"
+    part_fail "llama-batched-bench $label"
+  fi
+  echo "# ($((SECONDS - start)) s)" >> "$log"
 }
 
 # A server's decode steps phase by phase (part server-steps): scripts/server_steps.py
@@ -557,6 +612,9 @@ run_server_mixed() {
   local m mode
   m=$(model "server-$server_preset" --preset "$server_preset") || return
   local load="--mixed ${MIXED_ROUNDS:-16} --seed ${MIXED_SEED:-1} --max-seconds ${MIXED_MAX_SECONDS:-480}"
+  # untimed warm-up requests first, so that the first server on a machine does not pay alone
+  # for compiling its GPU programs into the driver's cache
+  [[ ${MIXED_WARM:-1} == 0 ]] || load+=" --warm"
   local modes=${MIXED_MODES:-none,layer,tpar,tpar-eager,tpar-noreplay,ggml}
   local passes=${MIXED_PASSES:-1} pass p order
   [[ $passes =~ ^[1-9]$ ]] || { part_fail "MIXED_PASSES: a number of passes from 1 to 9, not '$passes'"; return; }
@@ -580,6 +638,7 @@ run_server_mixed() {
         layer) serve_load mixed-layer$kvu$p layer 2 4 16384 "$load" ;;
         tpar) serve_load mixed-tpar$kvu$p tensor 2 4 16384 "$load" ;;
         tpar-oneshot) serve_load mixed-tpar-oneshot$p tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
+        tpar-relay-t4) serve_load mixed-tpar-relay-t4$p tensor 2 4 16384 "$load" TPAR_RELAY_THREADS=4 ;;
         tpar-relay256) serve_load mixed-tpar-relay256$p tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
         # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
         tpar-ride-off) serve_load mixed-tpar-ride-off$p tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
@@ -612,7 +671,7 @@ run_server_mixed() {
           else
             part_fail "no trace of the mixed steps ($tl)"
           fi ;;
-        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
+        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay-t4, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
       esac
     done
   done
@@ -890,6 +949,7 @@ for p in "${parts[@]}"; do
     server) run_server ;;
     server-mixed) run_server_mixed ;;
     server-steps) run_server_steps ;;
+    batched) run_batched ;;
     trace) run_trace ;;
     probes) run_probes ;;
   esac

@@ -13,7 +13,9 @@ own) and cache_prompt on for half of them, so that nearly every step of the serv
 batch of a new shape. --greedy makes every temperature 0 (texts then compare between
 one-slot servers); --max-words and --max-predict clamp the prompts and token counts for
 slow test devices, every other draw unchanged. --max-seconds bounds the whole run: rounds not started by then count
-as failed.
+as failed. --warm first sends, untimed, the requests of warm_plan() (a long prompt alone, then
+four short ones at once), so that no mode's first round pays for compiling its GPU
+programs (a server's first mode on a machine also fills the driver's shader cache).
 
 Every request ignores the end-of-text token, with no grammar or other constraint that
 would make sampling, not the GPUs, the bound (--grammar adds one that keeps a random
@@ -23,7 +25,7 @@ comes back short is a failure of this server's mode, printed as such and counted
 summary line.
 
     server_load.py --port P --label NAME --slots N --out FILE.json [--n-predict 128]
-    server_load.py --port P --label NAME --mixed 16 [--seed 1] --out FILE.json
+    server_load.py --port P --label NAME --mixed 16 [--seed 1] [--warm] --out FILE.json
     server_load.py --compare A.json B.json     # exit 1 unless every text is the same
 
 Per round: requests answered, the tokens of all answers over the round's wall time, and
@@ -82,6 +84,17 @@ def mixed_plan(seed, rounds, max_words=400, max_predict=256):
                          "seed": rng.randrange(1 << 31)})
         plan.append(reqs)
     return plan
+
+
+def warm_plan():
+    """The untimed requests of --warm: a prompt of 400 words alone, then four prompts of
+    5 to 120 words at once, so that prompt and decode batches of several sizes have run
+    once. Their words are not the traffic's draws, and no prompt is cached."""
+    words = [WORDS[(7 * i) % len(WORDS)] for i in range(400)]
+    long_one = [{"prompt": " ".join(words), "n_predict": 8, "temperature": 0.0, "cache_prompt": False, "seed": 0}]
+    several = [{"prompt": " ".join(words[:k]), "n_predict": 16, "temperature": 0.0, "cache_prompt": False, "seed": 0}
+               for k in (5, 20, 60, 120)]
+    return [long_one, several]
 
 
 def uniform_plan(slots, n_predict):
@@ -143,6 +156,24 @@ def run(args):
     results = []
     plan = (mixed_plan(args.seed, args.mixed, args.max_words, args.max_predict) if args.mixed
             else uniform_plan(args.slots, args.n_predict))
+    if args.warm:
+        start = time.monotonic()
+        for reqs in warm_plan():
+            answers = [None] * len(reqs)
+
+            def warm_one(i, reqs=reqs, answers=answers):
+                try:
+                    answers[i] = request(args.port, reqs[i], args.timeout)
+                except Exception:  # noqa: BLE001 (the timed rounds say whether the server serves)
+                    pass
+
+            threads = [threading.Thread(target=warm_one, args=(i,)) for i in range(len(reqs))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        print(f"{args.label} warm-up: {sum(len(r) for r in warm_plan())} requests in {time.monotonic() - start:.2f} s, "
+              "not counted", flush=True)
     began = time.monotonic()
     for r, reqs in enumerate(plan):
         count = len(reqs)
@@ -209,6 +240,7 @@ def main():
     p.add_argument("--greedy", action="store_true", help="temperature 0 for every request")
     p.add_argument("--grammar", action="store_true", help="keep the text to letters (tests that compare texts)")
     p.add_argument("--max-seconds", type=float, default=0, help="bound on the whole run (default: none)")
+    p.add_argument("--warm", action="store_true", help="first send warm_plan()'s requests, untimed")
     p.add_argument("--max-words", type=int, default=400, help="--mixed: at most this many prompt words (tests)")
     p.add_argument("--max-predict", type=int, default=256, help="--mixed: at most this many tokens a request (tests)")
     p.add_argument("--out")
