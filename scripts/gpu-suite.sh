@@ -525,8 +525,8 @@ run_server() {
 run_batched() {
   say "part batched"
   local name m row
-  local models=${BATCHED_MODELS:-8b}
-  for name in ${models//,/ }; do
+  local names=${BATCHED_MODELS:-8b}  # not "models": that is the models' folder
+  for name in ${names//,/ }; do
     case $name in
       8b) m=$(model llama3-8b-q8_0 --preset llama3-8b) || return ;;
       8b-q4_k_m) m=$(model llama3-8b-q4_k_m --preset llama3-8b --type q4_k_m) || return ;;

@@ -901,6 +901,49 @@ TEST_CASE("relay: calls above relay_max_bytes go to OneShot or the ring, and cal
   for (const auto& r : a.read()) REQUIRE(bit_identical(r, expect));
 }
 
+std::uint32_t options_max_sets(const Communicator<ProxyBridge>& comm) { return comm.options().max_slot_sets(); }
+
+TEST_CASE("relay: its calls take the relay's own slot sets, and neither grow nor shrink the host staging") {
+  VkEnv env(2, {.sync_validation = false});
+  if (!env.ok()) return;
+  Communicator<ProxyBridge> comm(env.group(), relay_options(16 << 10));  // depth 0: sized by bytes
+  // A prefill-sized call (not the relay's): the staging grows to a few large slot sets.
+  Rig big(env.group(), std::size_t{1} << 20);
+  const auto xb = integer_inputs(2, std::size_t{1} << 20, 7);
+  big.write(xb);
+  comm.allreduce(big.spans()).wait();
+  REQUIRE(comm.last_call().algorithm != "relay");
+  for (const auto& r : big.read()) REQUIRE(bit_identical(r, integer_sum(xb)));
+  const std::uint64_t staging = comm.staging_bytes();
+  const std::uint64_t made = comm.plan_stats().generations;
+  const std::uint32_t large_sets = comm.in_flight();
+  REQUIRE(large_sets < options_max_sets(comm));
+  // Decode-sized relay calls: more of them deferred than the large staging has slot sets,
+  // and none is submitted for want of a set (a set needed again would submit them).
+  Rig small(env.group(), 1024);
+  const auto xs = integer_inputs(2, 1024, 8);
+  small.write(xs);
+  const int held = 2 * static_cast<int>(large_sets) + 4;
+  for (int k = 0; k < held; ++k) {
+    (void)comm.allreduce(small.spans(), {.defer = true});
+    REQUIRE(comm.last_call().algorithm == "relay");
+    CHECK(comm.deferred() == static_cast<std::size_t>(k + 1));
+  }
+  comm.flush();
+  comm.allreduce(small.spans()).wait();
+  auto expect = integer_sum(xs);
+  for (float& v : expect) v = std::ldexp(v, held);  // each call after the first doubles the sum
+  for (const auto& r : small.read()) REQUIRE(bit_identical(r, expect));
+  // Many relay calls after the large one: the staging stays as the large call left it (a
+  // server's next prompt finds it there), made no more times.
+  for (int k = 0; k < 400; ++k) (void)comm.allreduce(small.spans(), {.defer = k % 16 != 15});
+  comm.flush();
+  comm.allreduce(small.spans()).wait();
+  CHECK(comm.staging_bytes() == staging);
+  CHECK(comm.plan_stats().generations == made);
+  CHECK(comm.in_flight() == large_sets);
+}
+
 TEST_CASE("relay: a ready point that never comes fails the ticket and the communicator, and nothing hangs") {
   VkEnv env(2, {.sync_validation = relay_sync_validation()});
   if (!env.ok()) return;

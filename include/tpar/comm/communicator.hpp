@@ -200,8 +200,9 @@ class Communicator {
       wait_values(submitted_values(), relay_call_now ? "the calls before a relay call" : "the relay call before this one");
     }
     last_was_relay_ = relay_call_now;
-    const auto parity = static_cast<std::uint32_t>(calls_ % plan.generation->depth());
-    wait_for_slot_set(parity);
+    const std::uint32_t depth = slot_sets(plan);
+    const auto parity = static_cast<std::uint32_t>(calls_ % depth);
+    wait_for_slot_set(parity, depth);
     for (std::size_t d = 0; d < n; ++d) {
       // The call's buffer into the parity's set, then (re)record what that needs: the
       // descriptor update comes first, as without update-after-bind it invalidates the
@@ -491,6 +492,13 @@ class Communicator {
   }
 
   static bool is_relay(const PlanType& plan) { return plan.schedule.algorithm == Relay::name; }
+  // The slot sets a plan's calls take turns in. A relay call stages nothing in the host
+  // staging (its slots and publish areas are the relay's own, max_slot_sets of them), so
+  // its calls in flight do not depend on how large the staging is: after a prefill has
+  // grown the staging to a few large sets, decode's relay calls still have all of theirs.
+  std::uint32_t slot_sets(const PlanType& plan) const {
+    return is_relay(plan) ? options_.max_slot_sets() : plan.generation->depth();
+  }
 
   detail::RideCall ride_call(std::size_t d) const {
     if (!last_call_rides(d)) throw Error(ErrorCode::invalid_argument, "the last call cannot ride in a host's command buffer");
@@ -614,8 +622,15 @@ class Communicator {
                                : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
       }
     }
-    const auto host_cap = host_capacity_.update(host_need);
-    const auto scratch_cap = scratch_capacity_.update(scratch_need);
+    // A relay call needs no staging (its memory is the relay's), so it neither grows the
+    // staging nor counts as a small call towards shrinking it: a server's decode steps
+    // between two prompts would otherwise shrink the staging that the next prompt grows
+    // again, each time importing and pinning it anew (89 times in a run of 55 s on two
+    // H200s, 20 ms of the host's time each: docs/design/server-mixed.md).
+    const bool relay_plan = it != plans_.end() ? is_relay(**it) : built->algorithm == Relay::name;
+    const bool feeds = !relay_plan || host_need > host_capacity_.current() || scratch_need > scratch_capacity_.current();
+    const auto host_cap = feeds ? host_capacity_.update(host_need) : std::nullopt;
+    const auto scratch_cap = feeds ? scratch_capacity_.update(scratch_need) : std::nullopt;
     if (!generation_ || host_cap || scratch_cap) {
       const auto began = std::chrono::steady_clock::now();
       auto fresh = std::make_shared<Generation>(group_, host_capacity_.current(), options_.depth_for(host_capacity_.current()),
@@ -650,7 +665,7 @@ class Communicator {
     plan->schedule = std::move(schedule);
     plan->generation = generation_;
     plan->descriptor_pools.assign(n, nullptr);
-    const std::uint32_t sets = generation_->depth();
+    const std::uint32_t sets = slot_sets(*plan);
     plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(sets));
     plan->submits.resize(n);
     for (auto& s : plan->submits) s.resize(sets);
@@ -768,7 +783,7 @@ class Communicator {
   // depth/2 - 1 calls from now, so that the calls in between find theirs free: one
   // blocking wait (a sleep and a wake-up in the driver) per depth/2 calls rather than one
   // per call, with depth/2 calls or more still queued for the GPU.
-  void wait_for_slot_set(std::uint32_t parity) {
+  void wait_for_slot_set(std::uint32_t parity, std::uint32_t depth) {
     const std::size_t n = size();
     const auto& need = slot_done_[parity];
     auto reached = [&] {
@@ -783,7 +798,6 @@ class Communicator {
     for (std::size_t d = 0; d < n; ++d)
       for (std::size_t r = 0; r < role_count; ++r) (void)reached_now(d, static_cast<Role>(r), need[r * n + d]);
     if (reached()) return;
-    const std::uint32_t depth = generation_->depth();
     const std::uint32_t ahead = std::max<std::uint32_t>(1, depth / 2) - 1;
     auto span = Trace::instance().span("tpar slot wait");
     wait_values(slot_done_[(parity + ahead) % depth], "the call that last used this staging slot set");
