@@ -157,7 +157,7 @@ def run(args):
     plan = (mixed_plan(args.seed, args.mixed, args.max_words, args.max_predict) if args.mixed
             else uniform_plan(args.slots, args.n_predict))
     if args.warm:
-        start = time.monotonic()
+        start, answered, sent = time.monotonic(), 0, 0
         for reqs in warm_plan():
             answers = [None] * len(reqs)
 
@@ -172,7 +172,8 @@ def run(args):
                 t.start()
             for t in threads:
                 t.join()
-        print(f"{args.label} warm-up: {sum(len(r) for r in warm_plan())} requests in {time.monotonic() - start:.2f} s, "
+            sent, answered = sent + len(reqs), answered + sum(a is not None for a in answers)
+        print(f"{args.label} warm-up: {answered} of {sent} requests answered in {time.monotonic() - start:.2f} s, "
               "not counted", flush=True)
     began = time.monotonic()
     for r, reqs in enumerate(plan):
