@@ -56,6 +56,11 @@ MIXED_V1 = ("server-mixed-h200x2-601d1ba.txt", "server-mixed-12p-h200x2-ccbf4c7.
 MIXED_W1 = ("server-mixed-h200x2-956f288.txt", "server-mixed-13p-h200x2-601d1ba.txt", "server-mixed-again-h200x2-956f288.txt")
 MIXED_X1 = ("server-mixed-h200x2-7e23035.txt", "server-mixed-14p-h200x2-57cd294.txt")
 HOST_TIMERS_X1 = "host-timers-h200x2-7e23035.txt"
+# run Y0: the servers warmed first, before 779f435 (one command); run Y1: after it, batched decode then the
+# servers in two passes (two commands back to back on one machine)
+MIXED_Y0 = "server-mixed-warm-h200x2-3458489.txt"
+BATCHED_Y1 = "batched-h200x2-779f435.txt"
+MIXED_Y1 = "server-mixed-warm-h200x2-779f435.txt"
 DECODE = "decode-h200x2-1fcf991.txt"
 DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
@@ -244,6 +249,7 @@ def render():
     blocks.update(render_mixed_v1())
     blocks.update(render_mixed_w1())
     blocks.update(render_mixed_x1())
+    blocks.update(render_mixed_y0())
     return blocks
 
 
@@ -585,6 +591,124 @@ def render_mixed_x1():
             f"{timer_span('timers-x1-none')} for one GPU, whose scheduler splits the graph for ggml-vulkan; on one H200 opened "
             f"as two devices the same work took {timer_span('timers-virtual-tpar')}.")
     return {"server-mixed-x1": head + "\n\n" + table + "\n\n" + note + "\n\n" + host + "\n\n" + targets}
+
+
+def batched_tables(text):
+    """{label: {sequences: decode t/s}} from the '## llama-batched-bench LABEL:' sections (S_TG by B)."""
+    out, label = {}, None
+    for line in text.splitlines():
+        m = re.match(r"## llama-batched-bench (\S+):", line)
+        if m:
+            label = m.group(1)
+            out[label] = {}
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if label and len(cells) == 10 and cells[2].isdigit():
+            out[label][int(cells[2])] = float(cells[7])
+    return out
+
+
+def staging_made(text):
+    """{server label: (stagings made, ms each)} from the summary lines after each llama-server."""
+    out, label = {}, None
+    for line in text.splitlines():
+        m = re.match(r"## llama-server (\S+):", line)
+        if m:
+            label = m.group(1)
+            continue
+        m = re.match(r"# tpar info: ggml comm: host staging made (once|(\d+) times) .*?, ([\d.]+) us each", line)
+        if m and label:
+            out[label] = (1 if m.group(1) == "once" else int(m.group(2)), float(m.group(3)) / 1000)
+    return out
+
+
+def render_mixed_y0():
+    """Run Y0: the servers warmed first, with the count of stagings made, before 779f435 (one command)."""
+    text = decode_report.read(MIXED_Y0)
+    st = decode_report.stamp(text)
+    runs = {l: x for l, seed, x in mixed_runs(text) if seed == 1}
+    none = runs["mixed-none"][3]
+    names = [("mixed-none", "`-sm none`, one GPU"), ("mixed-tpar", "`-sm tensor`, tpar (defaults)"),
+             ("mixed-tpar-relay-t4", "`-sm tensor`, tpar, four relay threads (`TPAR_RELAY_THREADS=4`)")]
+    table, answered, asked = mixed_passes_table(names, [[(runs, none)]],
+                                                heads=("seconds for the 16 rounds (against one GPU's), tokens",))
+    made = staging_made(text)
+    warm = dict(re.findall(r"^(mixed-[a-z0-9-]+) warm-up: .*? in ([\d.]+) s", text, re.M))
+    head = (f"Run Y0: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']} (llama.cpp with the "
+            f"fifteen patches), `MIXED_MODES=none,tpar,tpar-relay-t4 scripts/gpu-suite.sh server-mixed`: the server and "
+            f"traffic of X1, each server first answering five untimed warm-up requests; {answered} of {asked} requests "
+            f"answered. Raw: [perf/raw/{MIXED_Y0}](perf/raw/{MIXED_Y0}).")
+    note = (f"The warm-up took one GPU's server, the first on the machine, {float(warm['mixed-none']):.2f} s, and tpar's "
+            f"{float(warm['mixed-tpar']):.2f} s: the first server compiles ggml-vulkan's programs into the driver's "
+            f"cache, which X1 and the runs before it left to the first mode's first round. Each tpar server made its "
+            f"host staging anew {made['mixed-tpar'][0]} and {made['mixed-tpar-relay-t4'][0]} times, "
+            f"{made['mixed-tpar'][1]:.1f} ms of the host's time each ({made['mixed-tpar'][0] * made['mixed-tpar'][1] / 1000:.1f} "
+            f"s of the {runs['mixed-tpar'][3]:.2f} s run): the relay's decode calls shrank the staging that the next "
+            f"prompt grew again, and took turns in its two large slot sets meanwhile. Since 779f435 a relay call takes "
+            f"the relay's own slot sets and leaves the staging's size alone ([design note](design/server-mixed.md)).")
+    ratio = runs["mixed-tpar"][3] / none
+    target = (f"- tpar's time for the 16 rounds ≤ 0.83x one GPU's: **{'met' if ratio <= 0.83 else 'missed'}** here, "
+              f"{ratio:.3f}x (four relay threads: {runs['mixed-tpar-relay-t4'][3] / none:.3f}x).")
+    return {"server-mixed-y0": head + "\n\n" + table + "\n\n" + note + "\n\n" + target}
+
+
+def render_mixed_y1():
+    """The servers warmed first: run Y0 before 779f435 (a relay call takes the relay's own slot sets and leaves the
+    staging's size alone), run Y1 after it, with llama-batched-bench's decode of 1 to 4 sequences."""
+    y0_text, b_text, y1_text = (decode_report.read(f) for f in (MIXED_Y0, BATCHED_Y1, MIXED_Y1))
+    st0, stb, st1 = (decode_report.stamp(t) for t in (y0_text, b_text, y1_text))
+    if stb["tree"] != st1["tree"]:
+        raise ValueError("run Y1's two logs must be of one bundle")
+    tables = batched_tables(b_text)
+    none = {b: max(tables["none-8b"][b], tables["none-8b-last"][b]) for b in (1, 2, 3, 4)}
+    brows = [("none-8b", "`-sm none`, one GPU, first / last"), ("tpar-8b", "`-sm tensor`, tpar (defaults)"),
+             ("tpar-relay-t4-8b", "tpar, four relay threads (`TPAR_RELAY_THREADS=4`)"),
+             ("tpar-skip-8b", "tpar, free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`, timing only)")]
+    lines = ["| decode t/s (against one GPU's faster run) | 1 sequence | 2 at once | 3 at once | 4 at once |",
+             "|---|---|---|---|---|"]
+    for label, name in brows:
+        if label == "none-8b":
+            cells = [f"{tables['none-8b'][b]:.1f} / {tables['none-8b-last'][b]:.1f}" for b in (1, 2, 3, 4)]
+        else:
+            cells = [f"{tables[label][b]:.1f} ({tables[label][b] / none[b]:.2f}x)" for b in (1, 2, 3, 4)]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    btable = "\n".join(lines)
+    bhead = (f"Run Y1: {st1['n']} × {st1['gpu']} (driver {st1['driver']}), {st1['date']}, tree {st1['tree']} (llama.cpp with "
+             f"the fifteen patches), two commands back to back on one machine. First `scripts/gpu-suite.sh env batched`: "
+             f"`llama-batched-bench -fa on -npp 128 -ntg 128 -npl 1,2,3,4` on the 8B shapes (Q8_0), each sequence in its "
+             f"own KV stream as a server's slots are, so the decode of B sequences is a server's decode step of B slots "
+             f"(the AllReduce carries B x 16 KiB); raw: [perf/raw/{BATCHED_Y1}](perf/raw/{BATCHED_Y1}).")
+    y0 = {l: x for l, seed, x in mixed_runs(y0_text) if seed == 1}
+    y1 = {l: x for l, seed, x in mixed_runs(y1_text) if seed == 1}
+    p1 = {k: v for k, v in y1.items() if not k.endswith("-p2")}
+    p2 = {k[:-3]: v for k, v in y1.items() if k.endswith("-p2")}
+    names = [("mixed-none", "`-sm none`, one GPU"), ("mixed-tpar", "`-sm tensor`, tpar (defaults)"),
+             ("mixed-tpar-relay-t4", "`-sm tensor`, tpar, four relay threads (`TPAR_RELAY_THREADS=4`)")]
+    table, answered, asked = mixed_passes_table(
+        names, [[(y0, y0["mixed-none"][3])], [(p1, p1["mixed-none"][3])], [(p2, p2["mixed-none"][3])]],
+        heads=(f"Y0 (tree {st0['tree']}, before): seconds for the 16 rounds (against one GPU's), tokens",
+               f"Y1 (tree {st1['tree']}), first pass", "Y1, second pass"))
+    made0, made1 = staging_made(y0_text), staging_made(y1_text)
+
+    def made(runs, label):
+        n, ms = runs[label]
+        return f"{n} times ({ms:.1f} ms each)"
+    mhead = (f"Then `MIXED_MODES=none,tpar,tpar-relay-t4 MIXED_PASSES=2 scripts/gpu-suite.sh server-mixed` (the second "
+             f"pass in reverse), beside run Y0 of tree {st0['tree']} on {st0['n']} × {st0['gpu']} ({st0['date']}, another "
+             f"machine of the kind, one pass, `MIXED_MODES=none,tpar,tpar-relay-t4`): the server and traffic of X1, each "
+             f"server answering five untimed warm-up requests first; {answered} of {asked} requests answered. Raw: "
+             f"[perf/raw/{MIXED_Y0}](perf/raw/{MIXED_Y0}), [perf/raw/{MIXED_Y1}](perf/raw/{MIXED_Y1}).")
+    note = (f"The host staging was made {made(made0, 'mixed-tpar')} in Y0's tpar server and "
+            f"{made(made1, 'mixed-tpar')} and {made(made1, 'mixed-tpar-p2')} in Y1's.")
+    ratios = [p1["mixed-tpar"][3] / p1["mixed-none"][3], p2["mixed-tpar"][3] / p2["mixed-none"][3]]
+    targets = "\n".join([
+        f"- tpar's time for the 16 rounds ≤ 0.83x one GPU's: **{'met' if max(ratios) <= 0.83 else 'missed'}**, "
+        + " and ".join(f"{r:.3f}x" for r in ratios) + " in Y1's two passes.",
+        f"- No request fails for a reason `-sm none` does not show too: **{'met' if answered == asked else 'missed'}**, "
+        f"{answered} of {asked} answered.",
+    ])
+    return {"server-mixed-y1": bhead + "\n\n" + btable + "\n\n" + mhead + "\n\n" + table + "\n\n" + note + "\n\n"
+            + targets}
 
 
 def render_mixed_t1():
