@@ -139,35 +139,21 @@ def render_first():
     mx_text = decode_report.read(MIXED_Q1)
     mx = {l: x for l, seed, x in mixed_runs(mx_text) if seed == 1}  # the last run of each mode
     mx_tpar, mx_none = mx["mixed-tpar"], mx["mixed-none"]
-    r1, r1_st, _ = mixed_r1()
-    t1_texts = [decode_report.read(f) for f in MIXED_T1]
-    t1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in t1_texts]
-    t1_st = decode_report.stamp(t1_texts[0])
-    v1_texts = [decode_report.read(f) for f in MIXED_V1]
-    v1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in v1_texts]
-    v1_st = decode_report.stamp(v1_texts[0])
-    w1_texts = [decode_report.read(f) for f in MIXED_W1]
-    w1 = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in w1_texts]
-    w1_st = decode_report.stamp(w1_texts[0])
     x1, _, x1_st, _ = mixed_x1()
+    y0_text = decode_report.read(MIXED_Y0)
+    y0 = {l: x for l, seed, x in mixed_runs(y0_text) if seed == 1}
+    y0_st = decode_report.stamp(y0_text)
     x1_rates = [p["mixed-none"][3] / p["mixed-tpar"][3] for p in x1]
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
               f"Under mixed traffic (1 to 10 requests at once, prompts of 3 to 400 words, 8 to 256 tokens; "
               f"{mx_none[1]} requests, same machine): tpar {mx_tpar[3]:.1f} s, one GPU {mx_none[3]:.1f} s "
-              f"({mx_none[3] / mx_tpar[3]:.2f}x); in a later run of the same code on another machine (run R1, "
-              f"{r1_st['date']}, two passes) {r1[0]['mixed-none'][3] / r1[0]['mixed-tpar'][3]:.2f}x and "
-              f"{r1[2]['mixed-none'][3] / r1[2]['mixed-tpar'][3]:.2f}x, `-sm layer` "
-              f"{r1[0]['mixed-none'][3] / r1[0]['mixed-layer'][3]:.2f}x; with replay found by the subgraph's nodes "
-              f"(patch 0012, run T1, {t1_st['date']}, two passes) {t1[0]['mixed-none'][3] / t1[0]['mixed-tpar'][3]:.2f}x "
-              f"and {t1[1]['mixed-none'][3] / t1[1]['mixed-tpar'][3]:.2f}x; with thirteen patches (run V1, "
-              f"{v1_st['date']}, two passes) {v1[0]['mixed-none'][3] / v1[0]['mixed-tpar'][3]:.2f}x and "
-              f"{v1[3]['mixed-none'][3] / v1[3]['mixed-tpar'][3]:.2f}x; with fourteen (run W1, {w1_st['date']}, "
-              f"three passes) {w1[0]['mixed-none'][3] / w1[0]['mixed-tpar'][3]:.2f}x, "
-              f"{w1[0]['mixed-none-p2'][3] / w1[0]['mixed-tpar-p2'][3]:.2f}x and "
-              f"{w1[2]['mixed-none'][3] / w1[2]['mixed-tpar'][3]:.2f}x; with today's fifteen (run X1, {x1_st['date']}, "
-              f"two passes) {x1_rates[0]:.2f}x and {x1_rates[1]:.2f}x.")
+              f"({mx_none[3] / mx_tpar[3]:.2f}x); with today's fifteen patches on another machine of the kind (run X1, "
+              f"{x1_st['date']}, two passes) {x1_rates[0]:.2f}x and {x1_rates[1]:.2f}x, but one GPU's first pass there "
+              f"paid alone for filling the driver's shader cache; with every server warmed first (run Y0, "
+              f"{y0_st['date']}) {y0['mixed-none'][3] / y0['mixed-tpar'][3]:.2f}x, with four relay threads "
+              f"{y0['mixed-none'][3] / y0['mixed-tpar-relay-t4'][3]:.2f}x (the runs between: PERFORMANCE.md).")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
 
@@ -204,7 +190,8 @@ def render_first():
                f"{span(min(now['8b']['auto'], now['8b-q4_k_m']['auto']), max(now['8b']['auto'], now['8b-q4_k_m']['auto']))}; "
                f"on four GPUs {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server under mixed traffic serves "
                f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate in that run ({span(*sorted(x1_rates))} in run X1 with "
-               f"today's fifteen patches). With the AllReduce skipped (timing only) two GPUs decode "
+               f"today's fifteen patches, {y0['mixed-none'][3] / y0['mixed-tpar'][3]:.2f}x with every server warmed first). "
+               f"With the AllReduce skipped (timing only) two GPUs decode "
                f"the 8B shapes at {bound_8b:.2f}x one GPU in the same run: the rest of the gap is the AllReduce's cost inside "
                f"the token, and the gap from there to 2x is each GPU's own share, which at 8B sizes is set by ggml's "
                f"dispatches more than by its bytes (docs/design/token-bound.md). CUDA with "
