@@ -901,8 +901,6 @@ TEST_CASE("relay: calls above relay_max_bytes go to OneShot or the ring, and cal
   for (const auto& r : a.read()) REQUIRE(bit_identical(r, expect));
 }
 
-std::uint32_t options_max_sets(const Communicator<ProxyBridge>& comm) { return comm.options().max_slot_sets(); }
-
 TEST_CASE("relay: its calls take the relay's own slot sets, and neither grow nor shrink the host staging") {
   VkEnv env(2, {.sync_validation = false});
   if (!env.ok()) return;
@@ -917,7 +915,7 @@ TEST_CASE("relay: its calls take the relay's own slot sets, and neither grow nor
   const std::uint64_t staging = comm.staging_bytes();
   const std::uint64_t made = comm.plan_stats().generations;
   const std::uint32_t large_sets = comm.in_flight();
-  REQUIRE(large_sets < options_max_sets(comm));
+  REQUIRE(large_sets < comm.options().max_slot_sets());
   // Decode-sized relay calls: more of them deferred than the large staging has slot sets,
   // and none is submitted for want of a set (a set needed again would submit them).
   Rig small(env.group(), 1024);
