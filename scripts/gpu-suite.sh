@@ -10,7 +10,7 @@
 #   env       the stamp alone (tpar-info, nvidia-smi)
 #   tests     tpar's test programs (NativeImport on NVIDIA; over the GPUs where there are
 #             two or more, else the first GPU opened as several devices), then part cases
-#   cases     the llama.cpp cases dense-2, decode-growth and quant-2 (a Q4_K_M model) on
+#   cases     the llama.cpp cases dense-2, decode-growth, quant-2 (a Q4_K_M model) and slots-apart on
 #             two GPUs (logits equal to ggml's own AllReduce's)
 #   sweep     tpar-bench from 4 KiB to 256 MiB by 4, -r 3, on 2 and on all GPUs, each into a
 #             log of its own (sweep-KIND-nN.txt, what docs/perf/report.py reads): NativeImport
@@ -83,7 +83,9 @@
 #             the same requests in every mode: -sm none, -sm layer, -sm tensor with tpar
 #             (replay recording a subgraph when seen twice, the default), tpar recording
 #             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
-#             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,tpar-oneshot,
+#             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,
+#             none-adjacent and tpar-adjacent (a step's slots in one ubatch only where their
+#             KV streams are adjacent, as before patch 0016: LLAMA_KV_GAPS_DISABLE=1),tpar-oneshot,
 #             tpar-relay-t4 (four relay threads: TPAR_RELAY_THREADS=4),
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
 #             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-skip (the
@@ -299,7 +301,7 @@ run_cases() {
   mkdir -p "$models/cases"
   cp "$dense" "$models/cases/dense.gguf"
   cp "$quant" "$models/cases/quant.gguf"
-  for c in dense-2 decode-growth quant-2; do
+  for c in dense-2 decode-growth quant-2 slots-apart; do
     echo "## case $c on devices $(visible 2)" >> "$log"
     BIN=$bin MODELS=$models/cases WORK=/tmp/tpar-cases TPAR_LLAMA_PAIR=$(visible 2) TPAR_TEST_DEVICES=gpus \
       "$root/tests/llama/case.sh" "$c" > "$out/case.tmp" 2>&1 || part_fail "case $c"
@@ -637,6 +639,9 @@ run_server_mixed() {
         none) serve_load mixed-none$kvu$p none 1 4 16384 "$load" ;;
         layer) serve_load mixed-layer$kvu$p layer 2 4 16384 "$load" ;;
         tpar) serve_load mixed-tpar$kvu$p tensor 2 4 16384 "$load" ;;
+        # a step's slots in one ubatch only where their KV streams are adjacent, as before patch 0016
+        none-adjacent) serve_load mixed-none-adjacent$p none 1 4 16384 "$load" LLAMA_KV_GAPS_DISABLE=1 ;;
+        tpar-adjacent) serve_load mixed-tpar-adjacent$p tensor 2 4 16384 "$load" LLAMA_KV_GAPS_DISABLE=1 ;;
         tpar-oneshot) serve_load mixed-tpar-oneshot$p tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
         tpar-relay-t4) serve_load mixed-tpar-relay-t4$p tensor 2 4 16384 "$load" TPAR_RELAY_THREADS=4 ;;
         tpar-relay256) serve_load mixed-tpar-relay256$p tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
@@ -671,7 +676,7 @@ run_server_mixed() {
           else
             part_fail "no trace of the mixed steps ($tl)"
           fi ;;
-        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, tpar-oneshot, tpar-relay-t4, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
+        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t4, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
       esac
     done
   done

@@ -276,6 +276,41 @@ case "$name" in
     [[ ${enqueued:-0} -gt 0 ]] || fail "tpar-threads: the devices' threads enqueued no AllReduce"
     [[ -z "$(threads tpar)" && -z "$(threads tpar-noreplay)" ]] || fail "the devices' threads ran without TPAR_GGML_THREADS=1"
     ;;
+  slots-apart)
+    # A step whose sequences' KV streams are not adjacent, as a server's slots 0, 1 and 3
+    # once slot 2's request has finished: llama.cpp used to run it as two ubatches ({0, 1},
+    # then {3}: two passes over the weights, each graph built anew); patch 0016 keeps it in
+    # one, the attention run once for each run of adjacent streams. Each sequence has its
+    # own prompt, so a run reading another's stream shows. The same steps fed one sequence
+    # at a time (three ubatches a step) must give the same logits within a bound (other
+    # batch sizes change the matmuls' kernels), in one device's run and in -sm tensor's;
+    # tpar's must equal ggml's own AllReduce's, number for number. And every step must be
+    # one ubatch: 3 prompts + 6 steps (LLAMA_BATCH_DEBUG=1 logs each ubatch); two with
+    # LLAMA_KV_GAPS_DISABLE=1, the split as before.
+    ubatches() { grep -c 'added ubatch to split' "$dir/$1.log" || true; }
+    RUN_ARGS="--ctx 256 -n 6 --seqs 0,1,3"
+    run none dense.gguf 0 none LLAMA_BATCH_DEBUG=1
+    run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1 LLAMA_BATCH_DEBUG=1
+    run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1
+    run tpar-adjacent dense.gguf "$pair" tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1 LLAMA_KV_GAPS_DISABLE=1
+    RUN_ARGS="--ctx 256 -n 6 --seqs 0,1,3 --one-by-one"
+    run none-one dense.gguf 0 none LLAMA_BATCH_DEBUG=1
+    run tpar-one dense.gguf "$pair" tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1
+    check_served tpar 2
+    for label in none ggml tpar; do
+      echo "$label: $(ubatches $label) ubatches"
+      [[ $(ubatches $label) -eq 9 ]] || fail "$label: $(ubatches $label) ubatches for 3 prompts and 6 steps of slots 0, 1 and 3 (9 if each step is one)"
+    done
+    [[ $(ubatches tpar-one) -eq 21 ]] || fail "tpar-one: $(ubatches tpar-one) ubatches, not 3 + 6 x 3"
+    # LLAMA_KV_GAPS_DISABLE=1: the split as before, {0, 1} then {3}
+    echo "tpar-adjacent: $(ubatches tpar-adjacent) ubatches"
+    [[ $(ubatches tpar-adjacent) -eq 15 ]] || fail "tpar-adjacent: $(ubatches tpar-adjacent) ubatches, not 3 + 6 x 2"
+    compare tpar-adjacent tpar-one --relative 1e-3
+    compare tpar ggml --exact
+    compare none none-one --relative 1e-4
+    compare tpar tpar-one --relative 1e-3
+    compare tpar none $bound_vs_none
+    ;;
   shape-steps)
     # A batch of another size at every step, as a server under mixed traffic makes them:
     # 48 steps of 1 to 5 tokens, no two neighbours alike, so that llama.cpp builds every

@@ -10,7 +10,11 @@
 // position and every generated token. A random-weight model's logits are nearly tied, so
 // greedy text is no test; the logits are. `--batch-at K:B` makes step K of the N a batch
 // of B tokens (the greedy one and B-1 more), so that the graph's shape changes mid-stream
-// and back.
+// and back. `--seqs 0,1,3` decodes the prompt into each of those sequences of a context of
+// a KV stream a sequence (as llama-server's slots), each its own prompt, then feeds every
+// listed sequence one fixed token a step, all in one batch (`--one-by-one`: a batch a
+// sequence), so that a step whose sequences' streams are not adjacent can be checked
+// against the same steps taken one sequence at a time.
 #include "llama.h"
 
 #include <algorithm>
@@ -28,7 +32,7 @@ namespace {
 
 const char * usage_text =
     "usage: tpar-llama-logits run -m MODEL -o FILE [--sm none|layer|tensor] [--ts A,B,...] [-p TEXT] [-n N]\n"
-    "                             [--ctx N] [--batch-at K:B,...]\n"
+    "                             [--ctx N] [--batch-at K:B,... | --seqs S,... [--one-by-one]]\n"
     "       tpar-llama-logits compare A B [--exact | --bound X | --relative X]\n"
     "\n"
     "run      loads MODEL on every GPU layer (the devices ggml sees; GGML_VK_VISIBLE_DEVICES\n"
@@ -45,6 +49,13 @@ const char * usage_text =
     "  --batch-at K:B,...   generated step K (0-based) feeds B tokens at once: the greedy\n"
     "                       one, then B-1 following it in the vocabulary; every row's\n"
     "                       logits are kept (B from 1 to 64)\n"
+    "  --seqs S,...         a context of a KV stream a sequence (as llama-server's slots,\n"
+    "                       sequences 0 to the largest S); the prompt is decoded into each\n"
+    "                       S (sequence S without its first S tokens, so each differs), then\n"
+    "                       each of the N steps feeds every S one fixed token, in one batch;\n"
+    "                       the logits of each S's last prompt token and of every step's\n"
+    "                       rows are kept (S increasing, from 0 to 15)\n"
+    "  --one-by-one         with --seqs: each step feeds the sequences in a batch each\n"
     "compare  compares two files of the same run shape: prints the largest absolute\n"
     "         difference, the largest relative to the larger logit range, and how many\n"
     "         values differ at all; fails when they differ by more than the bound\n"
@@ -167,12 +178,60 @@ int compare(const std::vector<std::string> & args) {
     return ok ? 0 : 1;
 }
 
+// --seqs: the prompt into each sequence s (without its first s tokens), then n_gen steps that feed
+// every sequence the token (7 * step + 31 * s) % n_vocab, in one batch or a batch a sequence.
+template <typename Keep>
+int run_seqs(llama_context * ctx, llama_batch & batch, const std::vector<llama_token> & tokens,
+             const std::vector<int32_t> & seqs, long n_gen, bool one_by_one, Keep & keep) {
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+    std::vector<int32_t> pos(seqs.size());
+    for (size_t k = 0; k < seqs.size(); ++k) {
+        const int32_t s = seqs[k];
+        batch.n_tokens = 0;
+        for (size_t i = size_t(s); i < tokens.size(); ++i) {
+            const int32_t j = batch.n_tokens++;
+            batch.token[j] = tokens[i];
+            batch.pos[j] = j;
+            batch.n_seq_id[j] = 1;
+            batch.seq_id[j][0] = s;
+            batch.logits[j] = i + 1 == tokens.size();
+        }
+        if (llama_decode(ctx, batch) != 0) {
+            std::fprintf(stderr, "tpar-llama-logits: decoding sequence %d's prompt failed\n", s);
+            return 1;
+        }
+        keep(batch.n_tokens - 1, tokens.back());
+        pos[k] = batch.n_tokens;
+    }
+    for (long g = 0; g < n_gen; ++g) {
+        batch.n_tokens = 0;
+        for (size_t k = 0; k < seqs.size(); ++k) {
+            const int32_t j = batch.n_tokens++;
+            batch.token[j] = llama_token((7 * g + 31 * seqs[k]) % n_vocab);
+            batch.pos[j] = pos[k]++;
+            batch.n_seq_id[j] = 1;
+            batch.seq_id[j][0] = seqs[k];
+            batch.logits[j] = 1;
+            if (!one_by_one && k + 1 < seqs.size()) continue;
+            if (llama_decode(ctx, batch) != 0) {
+                std::fprintf(stderr, "tpar-llama-logits: decoding step %ld failed\n", g);
+                return 1;
+            }
+            for (int32_t i = 0; i < batch.n_tokens; ++i) keep(i, batch.token[i]);
+            batch.n_tokens = 0;
+        }
+    }
+    return 0;
+}
+
 int run(const std::vector<std::string> & args) {
     std::string model_path, out, prompt = "The quick brown fox jumps over the lazy dog, and tensor parallelism splits every layer.";
     llama_split_mode mode = LLAMA_SPLIT_MODE_NONE;
     long n_gen = 8, n_ctx = 512;
     std::vector<float> split;
     std::vector<std::pair<long, long>> batch_at;  // (step, tokens)
+    std::vector<int32_t> seqs;
+    bool one_by_one = false;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string & a = args[i];
         auto value = [&]() -> std::string {
@@ -196,6 +255,18 @@ int run(const std::vector<std::string> & args) {
                 at = comma + 1;
             }
         }
+        else if (a == "--seqs") {
+            const std::string v = value();
+            seqs.clear();
+            for (size_t at = 0; at <= v.size();) {
+                const size_t comma = std::min(v.find(',', at), v.size());
+                const long s = parse_long("--seqs", v.substr(at, comma - at), 0, 15);
+                if (!seqs.empty() && s <= seqs.back()) usage_error("--seqs takes increasing sequence ids, not '" + v + "'");
+                seqs.push_back(int32_t(s));
+                at = comma + 1;
+            }
+        }
+        else if (a == "--one-by-one") one_by_one = true;
         else if (a == "--ts" || a == "--tensor-split") {
             const std::string v = value();
             split.clear();
@@ -221,6 +292,8 @@ int run(const std::vector<std::string> & args) {
         } else usage_error("unknown option '" + a + "' for run");
     }
     if (model_path.empty() || out.empty()) usage_error("run needs -m MODEL and -o FILE");
+    if (!seqs.empty() && !batch_at.empty()) usage_error("--seqs and --batch-at do not go together");
+    if (one_by_one && seqs.empty()) usage_error("--one-by-one goes with --seqs");
 
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
@@ -240,6 +313,11 @@ int run(const std::vector<std::string> & args) {
     cp.n_batch = uint32_t(n_ctx);
     cp.n_ubatch = uint32_t(n_ctx);
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;  // -sm tensor needs it; the same everywhere keeps runs comparable
+    if (!seqs.empty()) {
+        cp.n_seq_max = uint32_t(seqs.back() + 1);
+        cp.n_ctx = uint32_t(n_ctx) * cp.n_seq_max;  // n_ctx for each sequence's stream
+        cp.kv_unified = false;
+    }
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         std::fprintf(stderr, "tpar-llama-logits: cannot create a context\n");
@@ -259,6 +337,11 @@ int run(const std::vector<std::string> & args) {
     };
     long n_fed = 0;
     for (long g = 0; g < n_gen; ++g) n_fed += tokens_at(g);
+    if (!seqs.empty() && n_prompt <= seqs.back() + 1) {
+        std::fprintf(stderr, "tpar-llama-logits: the prompt gives %d tokens; --seqs %d needs more than %d\n", n_prompt,
+                     seqs.back(), seqs.back() + 1);
+        return 2;
+    }
     if (n_prompt <= 0 || n_prompt + n_fed > n_ctx) {
         std::fprintf(stderr, "tpar-llama-logits: the prompt gives %d tokens; with -n %ld (%ld tokens fed) it must fit --ctx %ld\n",
                      n_prompt, n_gen, n_fed, n_ctx);
@@ -277,6 +360,20 @@ int run(const std::vector<std::string> & args) {
     };
 
     llama_batch batch = llama_batch_init(std::max<int32_t>(n_prompt, 64), 0, 1);
+    if (!seqs.empty()) {
+        const int rc = run_seqs(ctx, batch, tokens, seqs, n_gen, one_by_one, keep);
+        llama_batch_free(batch);
+        llama_free(ctx);
+        llama_model_free(model);
+        llama_backend_free();
+        if (rc == 0 && !save(out, l)) {
+            std::fprintf(stderr, "tpar-llama-logits: cannot write %s\n", out.c_str());
+            return 1;
+        }
+        if (rc == 0) std::printf("run: %u rows x %u logits (%zu sequences, %ld steps, %s) -> %s\n", l.rows, l.vocab,
+                                 seqs.size(), n_gen, one_by_one ? "a batch a sequence" : "one batch a step", out.c_str());
+        return rc;
+    }
     for (int32_t i = 0; i < n_prompt; ++i) {
         batch.token[i] = tokens[size_t(i)];
         batch.pos[i] = i;
