@@ -360,56 +360,45 @@ int run(const std::vector<std::string> & args) {
     };
 
     llama_batch batch = llama_batch_init(std::max<int32_t>(n_prompt, 64), 0, 1);
-    if (!seqs.empty()) {
-        const int rc = run_seqs(ctx, batch, tokens, seqs, n_gen, one_by_one, keep);
-        llama_batch_free(batch);
-        llama_free(ctx);
-        llama_model_free(model);
-        llama_backend_free();
-        if (rc == 0 && !save(out, l)) {
-            std::fprintf(stderr, "tpar-llama-logits: cannot write %s\n", out.c_str());
+    // One sequence: the prompt in one batch, then n_gen steps of tokens_at(g) tokens each.
+    const auto run_one = [&]() -> int {
+        for (int32_t i = 0; i < n_prompt; ++i) {
+            batch.token[i] = tokens[size_t(i)];
+            batch.pos[i] = i;
+            batch.n_seq_id[i] = 1;
+            batch.seq_id[i][0] = 0;
+            batch.logits[i] = 1;
+        }
+        batch.n_tokens = n_prompt;
+        if (llama_decode(ctx, batch) != 0) {
+            std::fprintf(stderr, "tpar-llama-logits: decoding the prompt failed\n");
             return 1;
         }
-        if (rc == 0) std::printf("run: %u rows x %u logits (%zu sequences, %ld steps, %s) -> %s\n", l.rows, l.vocab,
-                                 seqs.size(), n_gen, one_by_one ? "a batch a sequence" : "one batch a step", out.c_str());
-        return rc;
-    }
-    for (int32_t i = 0; i < n_prompt; ++i) {
-        batch.token[i] = tokens[size_t(i)];
-        batch.pos[i] = i;
-        batch.n_seq_id[i] = 1;
-        batch.seq_id[i][0] = 0;
-        batch.logits[i] = 1;
-    }
-    batch.n_tokens = n_prompt;
-    int rc = 0;
-    if (llama_decode(ctx, batch) != 0) {
-        std::fprintf(stderr, "tpar-llama-logits: decoding the prompt failed\n");
-        rc = 1;
-    }
-    llama_token next = 0;
-    for (int32_t i = 0; rc == 0 && i < n_prompt; ++i) next = keep(i, tokens[size_t(i)]);
-    int32_t pos = n_prompt;
-    for (long g = 0; rc == 0 && g < n_gen; ++g) {
-        const int32_t b = int32_t(tokens_at(g));
-        std::vector<llama_token> fed(static_cast<size_t>(b));
-        for (int32_t k = 0; k < b; ++k) {
-            fed[size_t(k)] = llama_token((int64_t(next) + k) % n_vocab);
-            batch.token[k] = fed[size_t(k)];
-            batch.pos[k] = pos + k;
-            batch.n_seq_id[k] = 1;
-            batch.seq_id[k][0] = 0;
-            batch.logits[k] = 1;
+        llama_token next = 0;
+        for (int32_t i = 0; i < n_prompt; ++i) next = keep(i, tokens[size_t(i)]);
+        int32_t pos = n_prompt;
+        for (long g = 0; g < n_gen; ++g) {
+            const int32_t b = int32_t(tokens_at(g));
+            std::vector<llama_token> fed(static_cast<size_t>(b));
+            for (int32_t k = 0; k < b; ++k) {
+                fed[size_t(k)] = llama_token((int64_t(next) + k) % n_vocab);
+                batch.token[k] = fed[size_t(k)];
+                batch.pos[k] = pos + k;
+                batch.n_seq_id[k] = 1;
+                batch.seq_id[k][0] = 0;
+                batch.logits[k] = 1;
+            }
+            batch.n_tokens = b;
+            if (llama_decode(ctx, batch) != 0) {
+                std::fprintf(stderr, "tpar-llama-logits: decoding step %ld failed\n", g);
+                return 1;
+            }
+            for (int32_t k = 0; k < b; ++k) next = keep(k, fed[size_t(k)]);
+            pos += b;
         }
-        batch.n_tokens = b;
-        if (llama_decode(ctx, batch) != 0) {
-            std::fprintf(stderr, "tpar-llama-logits: decoding step %ld failed\n", g);
-            rc = 1;
-            break;
-        }
-        for (int32_t k = 0; k < b; ++k) next = keep(k, fed[size_t(k)]);
-        pos += b;
-    }
+        return 0;
+    };
+    int rc = seqs.empty() ? run_one() : run_seqs(ctx, batch, tokens, seqs, n_gen, one_by_one, keep);
     llama_batch_free(batch);
     llama_free(ctx);
     llama_model_free(model);
@@ -418,7 +407,13 @@ int run(const std::vector<std::string> & args) {
         std::fprintf(stderr, "tpar-llama-logits: cannot write %s\n", out.c_str());
         rc = 1;
     }
-    if (rc == 0) std::printf("run: %u rows x %u logits (%d prompt tokens, %ld generated, %ld fed) -> %s\n", l.rows, l.vocab, n_prompt, n_gen, n_fed, out.c_str());
+    if (rc == 0 && seqs.empty()) {
+        std::printf("run: %u rows x %u logits (%d prompt tokens, %ld generated, %ld fed) -> %s\n", l.rows, l.vocab,
+                    n_prompt, n_gen, n_fed, out.c_str());
+    } else if (rc == 0) {
+        std::printf("run: %u rows x %u logits (%zu sequences, %ld steps, %s) -> %s\n", l.rows, l.vocab, seqs.size(),
+                    n_gen, one_by_one ? "a batch a sequence" : "one batch a step", out.c_str());
+    }
     return rc;
 }
 
