@@ -254,7 +254,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
-    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|AllReduces skipped|device parts recorded|first values came|relay.s kernels|host staging made" "$out/bench.err" | sed 's/^/# /' >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|relay thread came|AllReduces skipped|device parts recorded|first values came|relay.s kernels|host staging made" "$out/bench.err" | sed 's/^/# /' >> "$log"
   else
     tail -15 "$out/bench.err" >> "$log"
     part_fail "llama-bench $label"
@@ -478,7 +478,7 @@ server_up() {
 # The server stopped, and tpar's summary lines from its log: LABEL
 server_down() {
   kill -INT $srv_pid 2>/dev/null; wait $srv_pid 2>/dev/null
-  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|the relay served|relay.s kernels|host staging made|AllReduces skipped" "$out/server-$1.err" | sed 's/^/# /' >> "$log" || true
+  grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|the relay served|relay thread came|relay.s kernels|host staging made|AllReduces skipped" "$out/server-$1.err" | sed 's/^/# /' >> "$log" || true
 }
 
 # One llama-server of model $m, then server_load.py's requests into the log (fixed token
@@ -560,7 +560,7 @@ batched_one() {  # LABEL MODEL DEVICES SM ENV...
   if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "$bin/llama-batched-bench" -m "$m" -sm "$sm" $args \
        > "$out/batched.tmp" 2> "$out/batched.err"; then
     grep -E "^\|" "$out/batched.tmp" >> "$log"
-    grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|the relay served|relay.s kernels|host staging made|AllReduces skipped" "$out/batched.err" | sed 's/^/# /' >> "$log"
+    grep -E "ggml comm: [0-9]+ AllReduces|subgraphs replayed|device parts recorded|first values came|the relay served|relay thread came|relay.s kernels|host staging made|AllReduces skipped" "$out/batched.err" | sed 's/^/# /' >> "$log"
   else
     tail -15 "$out/batched.err" >> "$log"
     part_fail "llama-batched-bench $label"

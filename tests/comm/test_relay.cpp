@@ -1075,6 +1075,37 @@ TEST_CASE("relay: the thread sees how far apart the devices' values came, and wh
   CHECK(relay_arrivals(s).find("device 1 in 100%") != std::string::npos);
 }
 
+TEST_CASE("relay: calls far apart find the thread and its helper asleep, and the wake-up is timed") {
+  // The thread lingers 50 us after its last call and a helper 50 us (nothing in flight),
+  // then both block; calls 50 ms apart therefore each wake them (the first may find the
+  // thread just made and still lingering, and on a loaded machine a thread kept off a core
+  // through a whole gap may meet the next call before it blocks). Calls of two chunks take
+  // the helper.
+  VkEnv env(2, {.sync_validation = relay_sync_validation()});
+  if (!env.ok()) return;
+  Options o = relay_options();
+  o.relay_threads = 2;
+  Communicator<ProxyBridge> comm(env.group(), o);
+  Rig rig(env.group(), 4096);
+  rig.write(integer_inputs(2, 4096, 17));
+  const std::uint64_t rounds = 5;
+  for (std::uint64_t i = 0; i < rounds; ++i) {
+    std::this_thread::sleep_for(50ms);
+    Ticket t = comm.allreduce(rig.spans());
+    REQUIRE(comm.last_call().algorithm == "relay");
+    t.wait(test_timeout);
+  }
+  const RelayStats s = comm.relay_stats();
+  MESSAGE(relay_wakeups(s));
+  CHECK(s.calls == rounds);
+  CHECK(s.wakeups >= rounds - 2);
+  CHECK(s.wakeups <= rounds);
+  CHECK(s.wake.count() > 0);
+  CHECK(s.helper_wakeups >= rounds - 2);
+  CHECK(s.helper_wakeups <= rounds);
+  CHECK(relay_wakeups(s).find(" of 5 calls after sleeping, ") != std::string::npos);
+}
+
 TEST_CASE("relay: kernels that read the device clock report their parts' times, read back by the thread") {
   // Each call's kernels stamp their start, their values published, the sum seen and the
   // copy done; the thread reads a call's stamps when it serves the next call of the same

@@ -271,6 +271,7 @@ class GgmlComm {
                                 std::to_string(comm_->options().relay_threads) + "); a call took its threads " +
                                 tpar::detail::mean_us(r.serving, r.calls) + " us from every device's first values to the sum in every slot");
         if (r.timed_arrivals) log(LogLevel::info, "ggml comm: " + relay_arrivals(r));
+        log(LogLevel::info, "ggml comm: " + relay_wakeups(r));
         if (r.kernels) log(LogLevel::info, "ggml comm: the relay's kernels (device clock): " + relay_kernel_times(r));
       }
     } catch (...) {  // a summary is not worth a terminate

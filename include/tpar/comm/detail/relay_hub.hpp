@@ -352,7 +352,10 @@ class RelayHub {
             std::chrono::nanoseconds(kernel_ns_[2].load(std::memory_order_acquire)),
             kernel_gaps_.load(std::memory_order_acquire),
             std::chrono::nanoseconds(kernel_ns_[3].load(std::memory_order_acquire)),
-            gap_median()};
+            gap_median(),
+            wakeups_.load(std::memory_order_acquire),
+            std::chrono::nanoseconds(wake_ns_.load(std::memory_order_acquire)),
+            helper_wakeups_.load(std::memory_order_acquire)};
     for (std::size_t d = 0; d < n_; ++d) s.last.push_back(last_by_device_[d].load(std::memory_order_acquire));
     return s;
   }
@@ -492,15 +495,23 @@ class RelayHub {
     (void)::pthread_setname_np(::pthread_self(), "tpar-relay");
 #endif
     std::unique_lock lock(mutex_);
+    bool slept = false;
     for (;;) {
       if (ready_.empty() && !stop_) {
         lock.unlock();
         linger();
         lock.lock();
+        slept = ready_.empty() && !stop_;
         cv_.wait(lock, [&] { return stop_ || !ready_.empty(); });
       }
       if (stop_) return;
       const Call c = ready_.front();
+      if (slept) {  // handed over while the thread slept: how long it took to come to it
+        slept = false;
+        wakeups_.fetch_add(1, std::memory_order_relaxed);
+        wake_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c.handed).count(),
+                           std::memory_order_relaxed);
+      }
       const auto deadline = std::max(c.handed, last_end_) + config_.timeout;
       lock.unlock();
       std::string why;
@@ -558,6 +569,7 @@ class RelayHub {
       h.deadline = deadline;
       h.posted.store(++generation_, std::memory_order_seq_cst);
       if (h.asleep.load(std::memory_order_seq_cst)) {
+        helper_wakeups_.fetch_add(1, std::memory_order_relaxed);
         std::lock_guard lock(h.mutex);
         h.cv.notify_one();
       }
@@ -807,6 +819,8 @@ class RelayHub {
   std::atomic<bool> helpers_stop_{false};
   std::uint64_t generation_ = 0;  // the thread's only: the last part posted to a helper
   std::atomic<std::uint64_t> split_calls_{0};
+  std::atomic<std::uint64_t> wakeups_{0}, helper_wakeups_{0};  // Stats
+  std::atomic<std::int64_t> wake_ns_{0};
 
   std::thread thread_;  // last: started once everything above exists
 };
