@@ -615,6 +615,23 @@ def batched_tables(text):
     return out
 
 
+def batched_table(text):
+    """gpu-suite.sh's part batched as a table: decode t/s of 1 to 4 sequences by row, against one GPU's faster run."""
+    tables = batched_tables(text)
+    none = {b: max(tables["none-8b"][b], tables["none-8b-last"][b]) for b in (1, 2, 3, 4)}
+    lines = ["| decode t/s (against one GPU's faster run) | 1 sequence | 2 at once | 3 at once | 4 at once |",
+             "|---|---|---|---|---|"]
+    for label, name in [("none-8b", "`-sm none`, one GPU, first / last"), ("tpar-8b", "`-sm tensor`, tpar (defaults)"),
+                        ("tpar-relay-t4-8b", "tpar, four relay threads (`TPAR_RELAY_THREADS=4`)"),
+                        ("tpar-skip-8b", "tpar, free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`, timing only)")]:
+        if label == "none-8b":
+            cells = [f"{tables['none-8b'][b]:.1f} / {tables['none-8b-last'][b]:.1f}" for b in (1, 2, 3, 4)]
+        else:
+            cells = [f"{tables[label][b]:.1f} ({tables[label][b] / none[b]:.2f}x)" for b in (1, 2, 3, 4)]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def staging_made(text):
     """{server label: (stagings made, ms each)} from the summary lines after each llama-server."""
     out, label = {}, None
@@ -666,20 +683,7 @@ def render_mixed_y1():
     st0, stb, st1 = (decode_report.stamp(t) for t in (y0_text, b_text, y1_text))
     if stb["tree"] != st1["tree"]:
         raise ValueError("run Y1's two logs must be of one bundle")
-    tables = batched_tables(b_text)
-    none = {b: max(tables["none-8b"][b], tables["none-8b-last"][b]) for b in (1, 2, 3, 4)}
-    brows = [("none-8b", "`-sm none`, one GPU, first / last"), ("tpar-8b", "`-sm tensor`, tpar (defaults)"),
-             ("tpar-relay-t4-8b", "tpar, four relay threads (`TPAR_RELAY_THREADS=4`)"),
-             ("tpar-skip-8b", "tpar, free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`, timing only)")]
-    lines = ["| decode t/s (against one GPU's faster run) | 1 sequence | 2 at once | 3 at once | 4 at once |",
-             "|---|---|---|---|---|"]
-    for label, name in brows:
-        if label == "none-8b":
-            cells = [f"{tables['none-8b'][b]:.1f} / {tables['none-8b-last'][b]:.1f}" for b in (1, 2, 3, 4)]
-        else:
-            cells = [f"{tables[label][b]:.1f} ({tables[label][b] / none[b]:.2f}x)" for b in (1, 2, 3, 4)]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    btable = "\n".join(lines)
+    btable = batched_table(b_text)
     bhead = (f"Run Y1: {st1['n']} × {st1['gpu']} (driver {st1['driver']}), {st1['date']}, tree {st1['tree']} (llama.cpp with "
              f"the fifteen patches), two commands back to back on one machine. First `scripts/gpu-suite.sh env batched`: "
              f"`llama-batched-bench -fa on -npp 128 -ntg 128 -npl 1,2,3,4` on the 8B shapes (Q8_0), each sequence in its "
@@ -795,18 +799,6 @@ def render_mixed_z1():
             "decoding after the fourth finished: where it had sat in slot 1 or 2, the three were slots 0, 2 and 3 or 0, 1 "
             "and 3, and without the patch every later step ran as two ubatches. Which slot a request takes is the "
             "server's choice as requests arrive, so that round was slow in one pass and not in another.")
-    tables = batched_tables(t3)
-    none = {b: max(tables["none-8b"][b], tables["none-8b-last"][b]) for b in (1, 2, 3, 4)}
-    lines = ["| decode t/s (against one GPU's faster run) | 1 sequence | 2 at once | 3 at once | 4 at once |",
-             "|---|---|---|---|---|"]
-    for label, name in [("none-8b", "`-sm none`, one GPU, first / last"), ("tpar-8b", "`-sm tensor`, tpar (defaults)"),
-                        ("tpar-relay-t4-8b", "tpar, four relay threads (`TPAR_RELAY_THREADS=4`)"),
-                        ("tpar-skip-8b", "tpar, free boundaries (`TPAR_GGML_SKIP_ALLREDUCE=1`, timing only)")]:
-        if label == "none-8b":
-            cells = [f"{tables['none-8b'][b]:.1f} / {tables['none-8b-last'][b]:.1f}" for b in (1, 2, 3, 4)]
-        else:
-            cells = [f"{tables[label][b]:.1f} ({tables[label][b] / none[b]:.2f}x)" for b in (1, 2, 3, 4)]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     bhead = ("Third, `MIXED_MODES=none,tpar,tpar-skip,tpar-relay-t4 scripts/gpu-suite.sh env batched server-mixed`: "
              "`llama-batched-bench -fa on -npp 128 -ntg 128 -npl 1,2,3,4` on the 8B shapes (Q8_0), a server's decode "
              "step of B slots:")
@@ -842,7 +834,7 @@ def render_mixed_z1():
         f"- With free boundaries the same server took {b1['mixed-tpar-skip'][3] / b1['mixed-none'][3]:.3f}x one GPU's "
         f"time: the AllReduce inside each decode step is what stands between these passes and the target.",
     ])
-    return {"server-mixed-z1": head + "\n\n" + table + "\n\n" + note + "\n\n" + bhead + "\n\n" + "\n".join(lines)
+    return {"server-mixed-z1": head + "\n\n" + table + "\n\n" + note + "\n\n" + bhead + "\n\n" + batched_table(t3)
             + "\n\n" + table2 + "\n\n" + targets}
 
 
