@@ -439,7 +439,7 @@ struct HubRig {
 
 }  // namespace
 
-TEST_CASE("relay sum: the vector loop equals the one-value loop bit for bit, and stops at the first unit not yet stamped") {
+TEST_CASE("relay sum: the vector loops equal the one-value loop bit for bit over 1 to 4 devices, and stop at the first value not yet stamped") {
   // (Every path writes 0x7FC00000 for a NaN sum: which payload an addition keeps is the
   // compiler's and the instruction's choice; the SSE2 loop and the one-value loop once kept
   // different ones.)
@@ -449,63 +449,90 @@ TEST_CASE("relay sum: the vector loop equals the one-value loop bit for bit, and
                                     0x00800001u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x3F800000u, 0xBF800000u};
   std::mt19937 rng(11);
   const std::uint32_t stamp = 0xA5A5A5A5u;
-  INFO("path: ", detail::relay_accumulate_path());
+  const auto bits = [](float x) { return std::bit_cast<std::uint32_t>(x); };
+  INFO("path: ", detail::relay_sum_path());
   for (std::size_t m : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{7}, std::size_t{8}, std::size_t{9},
                         std::size_t{31}, std::size_t{2048}}) {
     CAPTURE(m);
-    // Three devices' units, 64-byte aligned as the publish areas are, each value random
-    // bits or a special.
-    std::vector<std::vector<std::uint64_t>> units(3);
+    // Four devices' units, each value random bits or a special, with room past m (what the
+    // loops may prefetch, and a unit past the end that must not be read as a value).
+    std::vector<std::vector<std::uint64_t>> units(4);
     for (auto& u : units) {
-      u.resize(m + 8);
+      u.assign(m + 8, (std::uint64_t{stamp - 1} << 32) | 0x3F800000u);
       for (std::size_t i = 0; i < m; ++i) {
-        const std::uint32_t bits = rng() % 3 == 0 ? specials[rng() % std::size(specials)] : static_cast<std::uint32_t>(rng());
-        u[i] = (std::uint64_t{stamp} << 32) | bits;
+        const std::uint32_t b = rng() % 3 == 0 ? specials[rng() % std::size(specials)] : static_cast<std::uint32_t>(rng());
+        u[i] = (std::uint64_t{stamp} << 32) | b;
       }
     }
-    std::vector<float> vec(m), one(m), sse(m);
-    for (std::size_t d = 0; d < 3; ++d) {
-      CHECK(detail::relay_accumulate(units[d].data(), m, stamp, vec.data(), d == 0) == m);
-      CHECK(detail::relay_accumulate(units[d].data(), m, stamp, one.data(), d == 0, true) == m);
+    const std::uint64_t* p[4] = {units[0].data(), units[1].data(), units[2].data(), units[3].data()};
+    for (std::size_t n = 1; n <= 4; ++n) {
+      CAPTURE(n);
+      // What the sum must be: the first device's value flushed, then each next one added
+      // (flushed, added in f32, the result flushed; a NaN result the one quiet NaN).
+      std::vector<float> expect(m);
+      for (std::size_t i = 0; i < m; ++i) {
+        float sum = detail::flush_subnormal(std::bit_cast<float>(static_cast<std::uint32_t>(units[0][i])));
+        for (std::size_t d = 1; d < n; ++d) {
+          const float r =
+              detail::add_flushed(sum, std::bit_cast<float>(static_cast<std::uint32_t>(units[d][i])));
+          sum = r != r ? std::bit_cast<float>(detail::relay_quiet_nan) : r;
+        }
+        expect[i] = sum;
+      }
+      std::vector<float> vec(m), one(m), sse(m);
+      CHECK(detail::relay_sum(p, n, 0, m, m + 8, stamp, vec.data()) == m);
+      CHECK(detail::relay_sum(p, n, 0, m, m + 8, stamp, one.data(), true) == m);
 #ifdef TPAR_RELAY_SUM_SSE2
       // The SSE2 loop too, which a CPU with AVX2 never takes by itself.
-      CHECK(detail::relay_accumulate_sse2(units[d].data(), m, stamp, sse.data(), d == 0) == m);
+      CHECK(detail::relay_sum_sse2(p, n, 0, m, m + 8, stamp, sse.data()) == m);
 #else
       sse = one;
 #endif
-    }
-    for (std::size_t i = 0; i < m; ++i) {
-      CAPTURE(i);
-      REQUIRE(std::bit_cast<std::uint32_t>(vec[i]) == std::bit_cast<std::uint32_t>(one[i]));
-      REQUIRE(std::bit_cast<std::uint32_t>(sse[i]) == std::bit_cast<std::uint32_t>(one[i]));
+      for (std::size_t i = 0; i < m; ++i) {
+        CAPTURE(i);
+        REQUIRE(bits(one[i]) == bits(expect[i]));
+        REQUIRE(bits(vec[i]) == bits(one[i]));
+        REQUIRE(bits(sse[i]) == bits(one[i]));
+      }
+      // From the middle: the values before `from` are left as they were.
+      const std::size_t from = m / 2;
+      std::vector<float> part(m, -7.0f);
+      CHECK(detail::relay_sum(p, n, from, m, m + 8, stamp, part.data()) == m);
+      for (std::size_t i = 0; i < m; ++i) REQUIRE(bits(part[i]) == bits(i < from ? -7.0f : expect[i]));
     }
     // A NaN sum is the one quiet NaN on every path, whatever payloads went in.
     {
       std::vector<std::uint64_t> a(m + 8, (std::uint64_t{stamp} << 32) | 0x7FADA935u),  // a signalling NaN
           b(m + 8, (std::uint64_t{stamp} << 32) | 0xFFC01234u);                         // a quiet one, another payload
+      const std::uint64_t* ab[2] = {a.data(), b.data()};
       for (const bool scalar : {false, true}) {
         std::vector<float> acc(m);
-        detail::relay_accumulate(a.data(), m, stamp, acc.data(), true, scalar);
-        detail::relay_accumulate(b.data(), m, stamp, acc.data(), false, scalar);
-        for (std::size_t i = 0; i < m; ++i) REQUIRE(std::bit_cast<std::uint32_t>(acc[i]) == detail::relay_quiet_nan);
+        CHECK(detail::relay_sum(ab, 2, 0, m, m + 8, stamp, acc.data(), scalar) == m);
+        for (std::size_t i = 0; i < m; ++i) REQUIRE(bits(acc[i]) == detail::relay_quiet_nan);
       }
     }
-    // A unit with an older stamp: everything before it is added, nothing from it on.
-    for (std::size_t late : {std::size_t{0}, m / 2, m - 1}) {
-      CAPTURE(late);
-      auto u = units[1];
-      u[late] = (std::uint64_t{stamp - 1} << 32) | 0x3F800000u;
-      std::vector<float> acc(m, -7.0f), expect = acc;
-      for (std::size_t i = 0; i < late; ++i)
-        expect[i] = detail::flush_subnormal(std::bit_cast<float>(static_cast<std::uint32_t>(u[i])));
-      CHECK(detail::relay_accumulate(u.data(), m, stamp, acc.data(), true) == late);
-      for (std::size_t i = 0; i < m; ++i) CHECK(std::bit_cast<std::uint32_t>(acc[i]) == std::bit_cast<std::uint32_t>(expect[i]));
+    // A unit with an older stamp on one device: every value before it is summed, nothing
+    // from it on is touched, on whichever device it lies.
+    for (std::size_t late : {std::size_t{0}, m / 2, m - 1})
+      for (std::size_t on = 0; on < 3; ++on) {
+        CAPTURE(late);
+        CAPTURE(on);
+        auto u = units;
+        u[on][late] = (std::uint64_t{stamp - 1} << 32) | 0x3F800000u;
+        const std::uint64_t* q[3] = {u[0].data(), u[1].data(), u[2].data()};
+        std::vector<float> full(m);
+        CHECK(detail::relay_sum(p, 3, 0, m, m + 8, stamp, full.data()) == m);
+        for (const bool scalar : {false, true}) {
+          std::vector<float> acc(m, -7.0f);
+          CHECK(detail::relay_sum(q, 3, 0, m, m + 8, stamp, acc.data(), scalar) == late);
+          for (std::size_t i = 0; i < m; ++i) CHECK(bits(acc[i]) == bits(i < late ? full[i] : -7.0f));
+        }
 #ifdef TPAR_RELAY_SUM_SSE2
-      std::vector<float> acc2(m, -7.0f);
-      CHECK(detail::relay_accumulate_sse2(u.data(), m, stamp, acc2.data(), true) == late);
-      for (std::size_t i = 0; i < m; ++i) CHECK(std::bit_cast<std::uint32_t>(acc2[i]) == std::bit_cast<std::uint32_t>(expect[i]));
+        std::vector<float> acc2(m, -7.0f);
+        CHECK(detail::relay_sum_sse2(q, 3, 0, m, m + 8, stamp, acc2.data()) == late);
+        for (std::size_t i = 0; i < m; ++i) CHECK(bits(acc2[i]) == bits(i < late ? full[i] : -7.0f));
 #endif
-    }
+      }
   }
 }
 

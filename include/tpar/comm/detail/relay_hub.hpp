@@ -200,7 +200,7 @@ class RelayHub {
     check_threads(config_.threads);
     log(LogLevel::info, std::string("relay: the host thread sums ") +
                             (config_.scalar_sum ? std::string("one value a step (TPAR_RELAY_SUM=scalar)")
-                                                : std::string("with ") + relay_accumulate_path()) +
+                                                : std::string("with ") + relay_sum_path()) +
                             (config_.threads > 1 ? "; a call of " + std::to_string(2 * chunk) + " values or more is served by up to " +
                                                        std::to_string(config_.threads) + " threads (TPAR_RELAY_THREADS)"
                                                  : std::string("; one thread a call (TPAR_RELAY_THREADS=1)")));
@@ -648,33 +648,35 @@ class RelayHub {
       timed = unseen == all && std::popcount(all) >= 2;  // waiting before any came
       if (!timed) unseen = 0;
     }
+    // The contributing devices' units, in device order.
+    std::array<const std::uint64_t*, 32> units{};
+    std::array<std::size_t, 32> device{};
+    std::size_t k = 0;
+    for (std::size_t d = 0; d < n_; ++d)
+      if (contributes(d)) device[k++] = d;
     for (std::size_t base = begin; base < end; base += chunk) {
       const std::size_t m = std::min(chunk, end - base);
-      bool first = true;
-      for (std::size_t d = 0; d < n_; ++d) {
-        if (!contributes(d)) continue;
-        // One pass: the values that carry the call's stamp go into acc; at the first that
-        // does not yet, wait for it and go on from there (a value a device wrote stays
-        // until its next call, which needs this one's sum). relay_sum.hpp says why the
-        // loads need no other ordering.
-        const std::uint64_t* units = publish_units(d, c.parity) + base;
-        std::size_t i = relay_accumulate(units, m, c.stamp, acc, first, config_.scalar_sum);
-        while (i < m) {
-          if (static_cast<std::uint32_t>(relay_load_unit(units + i) >> 32) != c.stamp) {
-            if (unseen) look();
-            if (!backoff.step(deadline, quit_)) {
-              why = "device " + std::to_string(d) + " did not publish value " + std::to_string(base + i) + " of " +
-                    std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
-              return false;
-            }
-            continue;
-          }
-          backoff.progress();
-          i += relay_accumulate(units + i, m - i, c.stamp, acc + i, first, config_.scalar_sum);
-        }
-        first = false;
+      bool first = k == 0;
+      for (std::size_t j = 0; j < k; ++j) units[j] = publish_units(device[j], c.parity) + base;
+      // One pass over every device's units; at the first value some device has not
+      // stamped yet, wait for it and go on from there (a value a device wrote stays until
+      // its next call, which needs this one's sum). relay_sum.hpp says why the loads need
+      // no other ordering.
+      for (std::size_t i = 0; k > 0;) {
+        const std::size_t at = relay_sum(units.data(), k, i, m, end - base, c.stamp, acc, config_.scalar_sum);
+        if (at > i) backoff.progress();
+        if ((i = at) == m) break;
+        std::size_t late = 0;  // a device whose value i is not in yet
+        while (late < k && static_cast<std::uint32_t>(relay_load_unit(units[late] + i) >> 32) == c.stamp) ++late;
+        if (late == k) continue;  // it came meanwhile
         if (unseen) look();
+        if (!backoff.step(deadline, quit_)) {
+          why = "device " + std::to_string(device[late]) + " did not publish value " + std::to_string(base + i) + " of " +
+                std::to_string(c.count) + " (a ready point not signalled, or a device stalled)";
+          return false;
+        }
       }
+      if (unseen) look();
       // The host-played peers (tpar-bench, tests): one contribution each, flushed as the
       // kernels flush subnormals (wire_codec.hpp).
       const auto add = [&](const float* x) {
