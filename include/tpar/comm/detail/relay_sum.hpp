@@ -14,9 +14,11 @@
 // fresh from the GPUs (written over PCIe since the thread last read them), so each line
 // is a miss, and one device at a time, with a running sum stored and reloaded between
 // devices, left the thread waiting on one stream of misses after another. On an H200
-// host, with every value already landed, a thread's 128 KiB of units (two devices' 8192
-// values) took 15-17 us one device at a time and 7.5 us in one pass with the prefetch
-// (docs/design/server-mixed.md, "The relay's host side, read in one pass").
+// host, every value landed before the read, a thread's 128 KiB of units (two devices'
+// 8192 values) took 12.9 us in one pass against 15.2 one device at a time (means of five
+// runs, each spread over 11-19 us), 5.9 against 7.8 us for 64 KiB; with the units flushed
+// from the caches, 17 us against 47 (docs/design/server-mixed.md, "The relay's host
+// side, read in one pass").
 //
 // Each vector load is 8-byte aligned per unit and within one cache line per 8-byte lane,
 // so every lane is one of the aligned quadword accesses x86 makes atomically: a lane
