@@ -86,7 +86,7 @@
 #             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,
 #             none-adjacent and tpar-adjacent (a step's slots in one ubatch only where their
 #             KV streams are adjacent, as before patch 0016: LLAMA_KV_GAPS_DISABLE=1),tpar-oneshot,
-#             tpar-relay-t4 (four relay threads: TPAR_RELAY_THREADS=4),
+#             tpar-relay-tN (N relay threads, 1 to 16: TPAR_RELAY_THREADS=N; tpar-relay-t4 four),
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
 #             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-skip (the
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
@@ -106,7 +106,7 @@
 #   batched   llama-batched-bench on the 8B shapes (q8_0): decode with 1, 2, 3 and 4
 #             sequences at once (-npp 128 -ntg 128 -npl 1,2,3,4), a server's decode steps
 #             without the server: -sm none on one GPU, -sm tensor with tpar on 2;
-#             BATCHED_ROWS picks the tensor rows (some of auto, relay-t4: TPAR_RELAY_THREADS=4,
+#             BATCHED_ROWS picks the tensor rows (some of auto, relay-tN: TPAR_RELAY_THREADS=N, 1 to 16,
 #             oneshot, skip: free boundaries, timing only, ggml; default auto,relay-t4,skip),
 #             BATCHED_MODELS some of 8b,8b-q4_k_m (default 8b)
 #   server-steps  llama-server on the 8B shapes, 4 slots: scripts/server_steps.py's
@@ -538,11 +538,11 @@ run_batched() {
     for row in $(tr ',' ' ' <<< "${BATCHED_ROWS:-auto,relay-t4,skip}"); do
       case $row in
         auto) batched_one "tpar-$name" "$m" 2 tensor ;;
-        relay-t4) batched_one "tpar-relay-t4-$name" "$m" 2 tensor TPAR_RELAY_THREADS=4 ;;
+        relay-t[1-9] | relay-t1[0-6]) batched_one "tpar-$row-$name" "$m" 2 tensor TPAR_RELAY_THREADS=${row#relay-t} ;;
         oneshot) batched_one "tpar-oneshot-$name" "$m" 2 tensor TPAR_ALGO=oneshot ;;
         skip) batched_one "tpar-skip-$name" "$m" 2 tensor TPAR_GGML_SKIP_ALLREDUCE=1 ;;
         ggml) batched_one "ggml-$name" "$m" 2 tensor GGML_VK_DISABLE_TPAR=1 ;;
-        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t4, oneshot, skip, ggml)" ;;
+        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t1 to relay-t16, oneshot, skip, ggml)" ;;
       esac
     done
     batched_one "none-$name-last" "$m" 1 none
@@ -643,7 +643,7 @@ run_server_mixed() {
         none-adjacent) serve_load mixed-none-adjacent$p none 1 4 16384 "$load" LLAMA_KV_GAPS_DISABLE=1 ;;
         tpar-adjacent) serve_load mixed-tpar-adjacent$p tensor 2 4 16384 "$load" LLAMA_KV_GAPS_DISABLE=1 ;;
         tpar-oneshot) serve_load mixed-tpar-oneshot$p tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
-        tpar-relay-t4) serve_load mixed-tpar-relay-t4$p tensor 2 4 16384 "$load" TPAR_RELAY_THREADS=4 ;;
+        tpar-relay-t[1-9] | tpar-relay-t1[0-6]) serve_load mixed-$mode$p tensor 2 4 16384 "$load" TPAR_RELAY_THREADS=${mode#tpar-relay-t} ;;
         tpar-relay256) serve_load mixed-tpar-relay256$p tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
         # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
         tpar-ride-off) serve_load mixed-tpar-ride-off$p tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
@@ -676,7 +676,7 @@ run_server_mixed() {
           else
             part_fail "no trace of the mixed steps ($tl)"
           fi ;;
-        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t4, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
+        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t1 to tpar-relay-t16, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
       esac
     done
   done
