@@ -24,6 +24,10 @@
 //               command buffer submitted again every run, as ggml-vulkan's replay does),
 //               so a call ends no command buffer of its own; calls that cannot ride
 //               (OneShot's) go out as with streams
+//   ride-ordered  ride, with the ride told that nothing before it needs a barrier: every
+//               step's command buffer ends with one, so the relay's kernel starts its
+//               command buffer with none before it (tpar::Stream::ride's `ordered`, as
+//               ggml-vulkan does with patch 0017)
 // Every run starts from zeros and the last one is checked against the host's simulation,
 // exactly, on every device.
 #pragma once
@@ -150,7 +154,16 @@ class ChainDevice {
   // Step k's command buffer with the call before it first where the stream offers it
   // (Wiring::ride): recorded as a site once, submitted again in later runs while the site
   // can serve the call (the runs before it are done), recorded anew where it cannot.
-  vk::CommandBuffer ride_step(std::uint32_t k) {
+  // `ordered` (Wiring::ride_ordered): the ride is told that nothing before it needs a
+  // barrier (every step's command buffer ends with one), and leaves its own out.
+  vk::CommandBuffer ride_step(std::uint32_t k, bool ordered = false) {
+    if (ordered != rides_ordered_) {  // another wiring's recordings: record anew
+      const std::size_t steps = ride_cbs_.size();
+      drop_rides();
+      ride_cbs_.assign(steps, nullptr);
+      ride_sites_.assign(steps, 0);
+      rides_ordered_ = ordered;
+    }
     if (!stream_->ride_pending()) return cbs_[k];
     if (ride_cbs_[k] && stream_->ride_again(ride_sites_[k])) return ride_cbs_[k];
     const vk::Device d = dev_->handle();
@@ -163,7 +176,7 @@ class ChainDevice {
     const vk::CommandBuffer cb = ride_cbs_[k];
     vk::CommandBufferBeginInfo bi;
     vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
-    ride_sites_[k] = stream_->ride(cb, true);
+    ride_sites_[k] = stream_->ride(cb, true, ordered);
     record_step(cb, k);
     return cb;
   }
@@ -247,6 +260,7 @@ class ChainDevice {
   std::vector<vk::CommandBuffer> cbs_;
   std::vector<vk::CommandBuffer> ride_cbs_;  // Wiring::ride, by step (null: not recorded)
   std::vector<std::uint64_t> ride_sites_;
+  bool rides_ordered_ = false;  // how ride_cbs_ were recorded
   std::uint32_t groups_ = 1;
   bool zeroed_ = false;
   std::size_t count_ = 0;
@@ -257,7 +271,8 @@ class ChainDevice {
 
 inline const char* wiring_name(Wiring w) {
   return w == Wiring::none ? "none" : w == Wiring::streams ? "streams" : w == Wiring::gated ? "gated"
-                                    : w == Wiring::threads ? "threads" : w == Wiring::ride ? "ride" : "semaphores";
+                                    : w == Wiring::threads ? "threads" : w == Wiring::ride ? "ride"
+                                    : w == Wiring::ride_ordered ? "ride-ordered" : "semaphores";
 }
 
 // A thread per device for --chain-wiring threads, kept across runs: a run wakes them, each
@@ -403,8 +418,9 @@ inline ChainTimes chain_run(std::vector<std::unique_ptr<ChainDevice>>& devs, tpa
   for (std::uint32_t k = 0; wiring != Wiring::threads && k < steps; ++k) {
     for (std::size_t d = 0; d < n; ++d) {
       ChainDevice& c = *devs[d];
-      const vk::CommandBuffer cb = wiring == Wiring::ride ? c.ride_step(k) : c.step(k);
-      if (wiring == Wiring::streams || wiring == Wiring::gated || wiring == Wiring::ride) {
+      const bool rides = wiring == Wiring::ride || wiring == Wiring::ride_ordered;
+      const vk::CommandBuffer cb = rides ? c.ride_step(k, wiring == Wiring::ride_ordered) : c.step(k);
+      if (wiring == Wiring::streams || wiring == Wiring::gated || rides) {
         const vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb);
         c.stream().submit({si});
       } else {
@@ -418,7 +434,7 @@ inline ChainTimes chain_run(std::vector<std::unique_ptr<ChainDevice>>& devs, tpa
         ready[d] = {sem, v};
       }
     }
-    if (wiring == Wiring::streams || wiring == Wiring::gated || wiring == Wiring::ride) {
+    if (wiring == Wiring::streams || wiring == Wiring::gated || wiring == Wiring::ride || wiring == Wiring::ride_ordered) {
       last = streamed->allreduce(spans);
       if (wiring == Wiring::gated) streamed->submit_when_ready();
     } else if (wiring == Wiring::semaphores) {
@@ -560,7 +576,7 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
           std::fprintf(stderr, "%s: chain %s %s %s\n", program.c_str(), human_bytes(bytes).c_str(),
                        std::string(to_string(algo)).c_str(), wiring_name(w));
         std::unique_ptr<tpar::StreamAllreduce<tpar::AnyCommunicator>> streamed;
-        if (w == Wiring::streams || w == Wiring::gated || w == Wiring::threads || w == Wiring::ride) {
+        if (w == Wiring::streams || w == Wiring::gated || w == Wiring::threads || w == Wiring::ride || w == Wiring::ride_ordered) {
           std::vector<tpar::Stream*> streams;
           for (auto& c : devs) streams.push_back(&c->stream());
           streamed = std::make_unique<tpar::StreamAllreduce<tpar::AnyCommunicator>>(comm, streams);

@@ -25,7 +25,7 @@ inline constexpr tpar::AlgoChoice algo_choices[] = {tpar::AlgoChoice::oneshot, t
 inline constexpr tpar::Wire wire_choices[] = {tpar::Wire::f32, tpar::Wire::bf16, tpar::Wire::f16};
 
 // How --chain wires each step's dispatch to the AllReduce (chain.hpp).
-enum class Wiring { none, streams, semaphores, gated, threads, ride };
+enum class Wiring { none, streams, semaphores, gated, threads, ride, ride_ordered };
 
 // Exit status of a run whose results checked wrong (0, 1 and 2 as every program: cli.hpp).
 inline constexpr int exit_wrong_results = 3;
@@ -169,7 +169,10 @@ inline void print_help() {
       "                        not a way to run), ride (streams, each step's command buffer\n"
       "                        recorded with the relay call before it first, as a site\n"
       "                        submitted again every run: Stream::ride, what ggml-vulkan does\n"
-      "                        with replay), or streams,ride\n"
+      "                        with replay), streams,ride, ride-ordered (as ride, each step's\n"
+      "                        command buffer ending with its barrier and the ride told so:\n"
+      "                        no barrier before the relay's kernel, as ggml-vulkan with\n"
+      "                        patch 0017) or ride,ride-ordered\n"
       "  --relay-peers K       the relay's floor: one device (the first selected) with K more\n"
       "                        played by the relay's host thread (1 to 31), every call through\n"
       "                        the relay, sizes 4K to 1M by default; the table as above, busbw\n"
@@ -344,7 +347,10 @@ inline Config parse(int argc, char** argv) {
       else if (v == "all") c.chain_wirings = {Wiring::streams, Wiring::semaphores, Wiring::threads};
       else if (v == "ride") c.chain_wirings = {Wiring::ride};
       else if (v == "streams,ride") c.chain_wirings = {Wiring::streams, Wiring::ride};
-      else tpar_cli::usage_error(program, "--chain-wiring takes streams, semaphores, both, threads, all, gated, ride or streams,ride");
+      else if (v == "ride-ordered") c.chain_wirings = {Wiring::ride_ordered};
+      else if (v == "ride,ride-ordered") c.chain_wirings = {Wiring::ride, Wiring::ride_ordered};
+      else tpar_cli::usage_error(program, "--chain-wiring takes streams, semaphores, both, threads, all, gated, ride, streams,ride, "
+                                          "ride-ordered or ride,ride-ordered");
     } else if (a == "--wake") {
       c.wake = true;
     } else if (a == "--submit-cost") {

@@ -49,13 +49,15 @@ struct Side {
 
   // Step k's host work: history[k] <- span; span <- partials[k]. `ride`: first, the
   // held call's kernel where the stream offers it (Stream::ride, recorded once).
-  vk::CommandBuffer record(std::size_t k, std::size_t count, bool ride = false) {
+  // `ordered`: the ride is told that nothing before it needs a barrier (Stream::ride), and
+  // every step ends with a barrier over its copies' writes, as a host that says so must.
+  vk::CommandBuffer record(std::size_t k, std::size_t count, bool ride = false, bool ordered = false) {
     vk::CommandBuffer cb;
     vk::CommandBufferAllocateInfo ai(pool, vk::CommandBufferLevel::ePrimary, 1);
     REQUIRE(dev->handle().allocateCommandBuffers(&ai, &cb) == vk::Result::eSuccess);
     vk::CommandBufferBeginInfo bi(vk::CommandBufferUsageFlagBits::eOneTimeSubmit);
     REQUIRE(cb.begin(&bi) == vk::Result::eSuccess);
-    if (ride && stream->ride_pending()) CHECK(stream->ride(cb, false) == 0);
+    if (ride && stream->ride_pending()) CHECK(stream->ride(cb, false, ordered) == 0);
     const std::size_t bytes = count * 4;
     const vk::BufferCopy save(0, k * bytes, bytes);
     cb.copyBuffer(span->handle(), history->handle(), 1, &save);
@@ -63,6 +65,12 @@ struct Side {
     cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eTransfer, {}, 1, &war, 0, nullptr, 0, nullptr);
     const vk::BufferCopy load(k * bytes, 0, bytes);
     cb.copyBuffer(partials->handle(), span->handle(), 1, &load);
+    if (ordered) {
+      using S = vk::PipelineStageFlagBits;
+      using A = vk::AccessFlagBits;
+      const vk::MemoryBarrier end(A::eShaderWrite | A::eTransferWrite, A::eShaderRead | A::eShaderWrite | A::eTransferRead | A::eTransferWrite);
+      cb.pipelineBarrier(S::eComputeShader | S::eTransfer, S::eComputeShader | S::eTransfer, {}, 1, &end, 0, nullptr, 0, nullptr);
+    }
     const vk::MemoryBarrier to_host(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
     cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, 1, &to_host, 0, nullptr, 0,
                        nullptr);
@@ -97,8 +105,8 @@ struct Chain {
   // Host work of step k on device d, through its stream (`gate`: a first wait; `ride`:
   // as Side::record; `first`: a command buffer that goes before it, in the same batch).
   void host_step(std::size_t d, std::size_t k, const TestTimeline* gate = nullptr, bool ride = false,
-                 vk::CommandBuffer first = {}) {
-    const vk::CommandBuffer cbs[2] = {first, sides[d]->record(k, count, ride)};
+                 vk::CommandBuffer first = {}, bool ordered = false) {
+    const vk::CommandBuffer cbs[2] = {first, sides[d]->record(k, count, ride, ordered)};
     const std::uint64_t one = 1;
     const vk::PipelineStageFlags stage = vk::PipelineStageFlagBits::eAllCommands;
     vk::TimelineSemaphoreSubmitInfo ti(gate ? 1 : 0, &one, 0, nullptr);
@@ -476,7 +484,9 @@ TEST_CASE("streams: a held relay call rides in the host's next command buffer, r
                                                                      "in tpar's command buffers, exact");
     Options o = test_opts();
     o.algo = AlgoChoice::relay;
-    SUBCASE("recorded into each step's command buffer") {
+    for (const bool ordered : {false, true})
+    SUBCASE(ordered ? "recorded into each step's command buffer, ordered (no barrier before the kernel: each step ends with one)"
+                    : "recorded into each step's command buffer") {
       auto comm = make_communicator(env.group(), o);
       const std::size_t steps = 24;
       Chain chain(env.group(), 4096, steps, 900 + n);
@@ -484,10 +494,10 @@ TEST_CASE("streams: a held relay call rides in the host's next command buffer, r
       const auto spans = chain.spans();
       Ticket last;
       for (std::size_t k = 0; k < steps; ++k) {
-        for (std::size_t d = 0; d < n; ++d) chain.host_step(d, k, nullptr, true);
+        for (std::size_t d = 0; d < n; ++d) chain.host_step(d, k, nullptr, true, {}, ordered);
         last = ar.allreduce(spans);
       }
-      for (std::size_t d = 0; d < n; ++d) chain.host_step(d, steps, nullptr, true);
+      for (std::size_t d = 0; d < n; ++d) chain.host_step(d, steps, nullptr, true, {}, ordered);
       ar.flush();
       last.wait(test_timeout);
       for (std::size_t d = 0; d < n; ++d) REQUIRE(VULKAN_HPP_DEFAULT_DISPATCHER.vkDeviceWaitIdle(env.group()[d].handle()) == VK_SUCCESS);
@@ -625,7 +635,7 @@ TEST_CASE("streams: a call waiting for a ride goes out at any flush or submissio
   Stream s(dev.handle(), q.handle(), q.family(), q.shared_lock());
   s.set_holding(true);
   TestTimeline t(dev.handle());
-  s.set_rider({[](vk::CommandBuffer, bool) { return std::optional<std::uint64_t>(0); }, {}, {}});
+  s.set_rider({[](vk::CommandBuffer, bool, bool) { return std::optional<std::uint64_t>(0); }, {}, {}});
   auto first = held_call(t, 1), second = held_call(t, 2);
   s.hold_ride(first);
   CHECK(s.ride(vk::CommandBuffer{}, false) == 0);  // taken (this rider records nothing)

@@ -370,18 +370,19 @@ class Communicator {
            !batches[0].wait_relay;
   }
   // Records device d's part of the last call (last_call_rides(d)) into `cb`: its kernel
-  // between two barriers. `keep`: the host submits `cb` again for later calls, so the
+  // between two barriers (`ordered`: the first left out, see detail::record_ride_commands:
+  // the host vouches that nothing before needs it). `keep`: the host submits `cb` again for later calls, so the
   // kernel is recorded as a site (its id returned, for bind_site() before each later
   // submission, forget_site() once the host frees `cb`); nullopt, with nothing recorded,
   // where every site is in use. Otherwise (0) the call's own descriptor set is bound, and
   // `cb` must be submitted once, before the next call.
-  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep) {
+  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false) {
     const detail::RideCall call = ride_call(d);
     if (!keep) {
-      detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups);
+      detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups, ordered);
       return 0;
     }
-    const std::uint64_t id = sites(d).make(cb, call);
+    const std::uint64_t id = sites(d).make(cb, call, ordered);
     if (!id) return std::nullopt;
     return id;
   }

@@ -128,18 +128,23 @@ class Stream {
   // Records the waiting call's kernel at this point of `cb`, a command buffer the host is
   // recording and submits to this stream next (nothing else submitted here before it).
   // The sum is visible to the compute and transfer commands recorded after it in `cb`.
+  // `ordered`: the host vouches that `cb` has nothing recorded yet and that every command
+  // buffer it submits to this queue ends with a barrier making its compute and transfer
+  // writes available to later compute and transfer commands (tpar's own command buffers
+  // do): the kernel then starts `cb` with no barrier before it, which on NVIDIA's driver
+  // costs about 3 us less a boundary (docs/design/barrier-at-the-end.md).
   // `keep`: the host may submit `cb` again later; the returned site (0: none) is what to
   // name to ride_again() before each such submission and to ride_forget() once `cb` is
   // freed. Where no site is free, nothing is recorded and the call goes out in tpar's
   // command buffer. Throws Error where recording failed (the call goes out then too).
-  std::uint64_t ride(vk::CommandBuffer cb, bool keep) {
-    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool)> record;
+  std::uint64_t ride(vk::CommandBuffer cb, bool keep, bool ordered = false) {
+    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool)> record;
     {
       std::lock_guard lock(mutex_);
       if (ride_ != RideState::pending || !rider_.record) return 0;
       record = rider_.record;
     }
-    const std::optional<std::uint64_t> site = record(cb, keep);
+    const std::optional<std::uint64_t> site = record(cb, keep, ordered);
     std::lock_guard lock(mutex_);
     if (!site) return 0;
     ride_ = RideState::taken;
@@ -195,7 +200,7 @@ class Stream {
   // For StreamAllreduce: what records a waiting call into a host's command buffer
   // (Communicator::record_ride, bind_site, forget_site for this stream's device).
   struct Rider {
-    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool)> record;
+    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool)> record;  // (cb, keep, ordered)
     std::function<bool(std::uint64_t)> bind;
     std::function<void(std::uint64_t)> forget;
   };
@@ -482,7 +487,7 @@ class StreamAllreduce {
     for (auto* s : streams_) s->set_release([this] { release_held(); });
     if (comm_.options().relay_ride)
       for (std::size_t d = 0; d < streams_.size(); ++d)
-        streams_[d]->set_rider({[this, d](vk::CommandBuffer cb, bool keep) { return comm_.record_ride(d, cb, keep); },
+        streams_[d]->set_rider({[this, d](vk::CommandBuffer cb, bool keep, bool ordered) { return comm_.record_ride(d, cb, keep, ordered); },
                                 [this, d](std::uint64_t site) { return comm_.bind_site(d, site); },
                                 [this, d](std::uint64_t site) { comm_.forget_site(d, site); }});
     for (auto* s : streams_) s->set_holding(true);

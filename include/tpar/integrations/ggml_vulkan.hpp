@@ -173,17 +173,19 @@ class QueueLink {
   // that subgraph's command buffer. ride_pending(): whether a call waits for it; ride():
   // records it into `cb` (`keep`: a recording for replay; the site it returns, 0 for
   // none, is what ride_again() names before each replay and ride_forget() once the
-  // recording is freed); ride_again(): false where a recording with that site cannot be
+  // recording is freed; `ordered`: `cb` has nothing recorded yet and ggml-vulkan ends
+  // every command buffer on this queue with a barrier, so the kernel needs none before
+  // it, Stream::ride); ride_again(): false where a recording with that site cannot be
   // replayed now (record it anew). Errors throw vk::SystemError, as ggml-vulkan's own.
   bool ride_pending() const {
     const Stream* s = stream();
     return s && s->ride_pending();
   }
-  std::uint64_t ride(vk::CommandBuffer cb, bool keep) {
+  std::uint64_t ride(vk::CommandBuffer cb, bool keep, bool ordered = false) {
     Stream* s = stream();
     if (!s) return 0;
     try {
-      return s->ride(cb, keep);
+      return s->ride(cb, keep, ordered);
     } catch (const Error& e) {
       rethrow_for_ggml(e);
     }

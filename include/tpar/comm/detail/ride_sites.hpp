@@ -41,14 +41,20 @@ struct RideCall {
 // cost the GPU about 4 us more after the kernel, at every boundary of a decode token
 // (docs/design/boundary-parts.md section 5). A host that reads the sum otherwise (on the
 // CPU, say) orders that itself, as it would after any of its own compute work.
+// `ordered`: the host vouches that everything before this point is already ordered before
+// it (its command buffer has nothing recorded yet, and the queue's previous command buffer
+// ended with a barrier over compute and transfer writes), so the first barrier is left
+// out: on NVIDIA's driver a barrier before a command buffer's first dispatch costs the
+// GPU about 3 us more than one at the end of the command buffer before
+// (docs/design/barrier-at-the-end.md).
 inline void record_ride_commands(vk::CommandBuffer cb, vk::PipelineLayout layout, vk::Pipeline pipeline,
-                                 vk::DescriptorSet set, const KernelArgs& args, std::uint32_t groups) {
+                                 vk::DescriptorSet set, const KernelArgs& args, std::uint32_t groups, bool ordered = false) {
   using S = vk::PipelineStageFlagBits;
   using A = vk::AccessFlagBits;
   const vk::PipelineStageFlags stages = S::eComputeShader | S::eTransfer;
   const vk::MemoryBarrier before(A::eShaderWrite | A::eTransferWrite,
                                  A::eShaderRead | A::eShaderWrite | A::eTransferRead | A::eTransferWrite);
-  cb.pipelineBarrier(stages, stages, {}, 1, &before, 0, nullptr, 0, nullptr);
+  if (!ordered) cb.pipelineBarrier(stages, stages, {}, 1, &before, 0, nullptr, 0, nullptr);
   cb.bindPipeline(vk::PipelineBindPoint::eCompute, pipeline);
   cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, layout, 0, 1, &set, 0, nullptr);
   cb.pushConstants(layout, vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &args);
@@ -87,7 +93,7 @@ class RideSites {
   // A new site for `call`, recorded into `cb` and serving the call: its id, or 0 where
   // no site is free (nothing recorded then). A forgotten site is free once the last call
   // it served is done (the host frees its command buffers at an idle GPU; this makes sure).
-  std::uint64_t make(vk::CommandBuffer cb, const RideCall& call) {
+  std::uint64_t make(vk::CommandBuffer cb, const RideCall& call, bool ordered = false) {
     std::size_t k = free_.size();
     while (k > 0 && sites_[free_[k - 1]].done && !reached_(sites_[free_[k - 1]].done)) --k;
     if (k == 0) return 0;
@@ -111,7 +117,7 @@ class RideSites {
     args.in_off = hub_.site_word_index(s);
     args.seg_words = hub_.slot_set_words();
     args.out_off = hub_.publish_set_units();
-    record_ride_commands(cb, device_.kernels().layout(), call.pipeline, site.set, args, call.groups);
+    record_ride_commands(cb, device_.kernels().layout(), call.pipeline, site.set, args, call.groups, ordered);
     free_.pop_back();
     site.id = ((serial_.fetch_add(1, std::memory_order_relaxed) + 1) << 16) | s;
     site.buffer = call.span.buffer;
