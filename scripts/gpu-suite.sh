@@ -49,16 +49,19 @@
 #             32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
 #             chain out, DECODE_CHAIN_ROWS picks its rows (some of oneshot,relay,relay-t1,
-#             relay-t4,relay-hold1,relay-ride; default all but relay-ride: the relay riding
-#             in each step's command buffer, --chain-wiring ride), DECODE_SIZES sets its sizes (default 4K,16K,64K; 4K,16K,32K,48K,64K
+#             relay-t4,relay-hold1,relay-ride,relay-ride-ordered; default all but the last
+#             two: the relay riding in each step's command buffer, --chain-wiring ride, and
+#             with no barrier before its kernel, ride-ordered), DECODE_SIZES sets its sizes (default 4K,16K,64K; 4K,16K,32K,48K,64K
 #             finds the relay's crossover with OneShot; DECODE_RELAY_MAX=256K lets the
 #             relay rows take calls up to 256 KiB), DECODE_OPS=1 adds ggml-vulkan's
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
 #             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
 #             (labels tpar4-...), DECODE_ROWS picks the tensor rows (some of
-#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,skip; default all
-#             but relay-t4, ride-off and skip; ride-off: TPAR_RELAY_RIDE=0, the relay's
-#             kernels in tpar's own command buffers; skip:
+#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,barrier-start,skip;
+#             default all but relay-t4, ride-off, barrier-start and skip; ride-off:
+#             TPAR_RELAY_RIDE=0, the relay's kernels in tpar's own command buffers;
+#             barrier-start: GGML_VK_BARRIER_AT_START=1, each command buffer of
+#             ggml-vulkan's starting with its barrier, as before patch 0017; skip:
 #             TPAR_GGML_SKIP_ALLREDUCE=1, every AllReduce accepted and not summed, the
 #             token's bound with free boundaries, wrong results), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
@@ -88,7 +91,9 @@
 #             KV streams are adjacent, as before patch 0016: LLAMA_KV_GAPS_DISABLE=1),tpar-oneshot,
 #             tpar-relay-tN (N relay threads, 1 to 16: TPAR_RELAY_THREADS=N; tpar-relay-t4 four),
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
-#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-skip (the
+#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-barrier-start
+#             (ggml-vulkan's command buffers starting with their barrier, as before patch
+#             0017: GGML_VK_BARRIER_AT_START=1),tpar-skip (the
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
 #             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
@@ -107,7 +112,8 @@
 #             sequences at once (-npp 128 -ntg 128 -npl 1,2,3,4), a server's decode steps
 #             without the server: -sm none on one GPU, -sm tensor with tpar on 2;
 #             BATCHED_ROWS picks the tensor rows (some of auto, relay-tN: TPAR_RELAY_THREADS=N, 1 to 16,
-#             oneshot, skip: free boundaries, timing only, ggml; default auto,relay-t4,skip),
+#             oneshot, barrier-start: GGML_VK_BARRIER_AT_START=1, skip: free boundaries,
+#             timing only, ggml; default auto,relay-t4,skip),
 #             BATCHED_MODELS some of 8b,8b-q4_k_m (default 8b)
 #   server-steps  llama-server on the 8B shapes, 4 slots: scripts/server_steps.py's
 #             phases (1 to 4 requests at once, long prompts, and at the end 2 requests after
@@ -540,9 +546,10 @@ run_batched() {
         auto) batched_one "tpar-$name" "$m" 2 tensor ;;
         relay-t[1-9] | relay-t1[0-6]) batched_one "tpar-$row-$name" "$m" 2 tensor TPAR_RELAY_THREADS=${row#relay-t} ;;
         oneshot) batched_one "tpar-oneshot-$name" "$m" 2 tensor TPAR_ALGO=oneshot ;;
+        barrier-start) batched_one "tpar-barrier-start-$name" "$m" 2 tensor GGML_VK_BARRIER_AT_START=1 ;;
         skip) batched_one "tpar-skip-$name" "$m" 2 tensor TPAR_GGML_SKIP_ALLREDUCE=1 ;;
         ggml) batched_one "ggml-$name" "$m" 2 tensor GGML_VK_DISABLE_TPAR=1 ;;
-        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t1 to relay-t16, oneshot, skip, ggml)" ;;
+        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t1 to relay-t16, oneshot, barrier-start, skip, ggml)" ;;
       esac
     done
     batched_one "none-$name-last" "$m" 1 none
@@ -647,6 +654,8 @@ run_server_mixed() {
         tpar-relay256) serve_load mixed-tpar-relay256$p tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
         # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
         tpar-ride-off) serve_load mixed-tpar-ride-off$p tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
+        # ggml-vulkan's command buffers starting with their barrier, as before patch 0017
+        tpar-barrier-start) serve_load mixed-tpar-barrier-start$p tensor 2 4 16384 "$load" GGML_VK_BARRIER_AT_START=1 ;;
         # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
         tpar-skip) serve_load mixed-tpar-skip$p tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
         # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
@@ -676,7 +685,7 @@ run_server_mixed() {
           else
             part_fail "no trace of the mixed steps ($tl)"
           fi ;;
-        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t1 to tpar-relay-t16, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
+        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t1 to tpar-relay-t16, tpar-relay256, tpar-ride-off, tpar-barrier-start, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
       esac
     done
   done
@@ -805,6 +814,8 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   [[ $rows == *,relay-hold1,* ]] && bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
   # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
   [[ $rows == *,ride-off,* ]] && bench "tpar$k-ride-off-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=0
+  # ggml-vulkan's command buffers starting with their barrier, as before patch 0017
+  [[ $rows == *,barrier-start,* ]] && bench "tpar$k-barrier-start-$1" "$2" "$k" tensor "$3" GGML_VK_BARRIER_AT_START=1
   # the token's bound: every AllReduce accepted and not summed (wrong results, timing only)
   [[ $rows == *,skip,* ]] && bench "tpar$k-skip-$1" "$2" "$k" tensor "$3" TPAR_GGML_SKIP_ALLREDUCE=1
   # one GPU again: the first run after a model is made can find the GPU cold
@@ -815,7 +826,7 @@ run_decode() {
   say "part decode"
   if [[ ${DECODE_CHAIN:-1} != 0 ]]; then
     local row how chain_rows=,${DECODE_CHAIN_ROWS:-oneshot,relay,relay-t1,relay-t4,relay-hold1},
-    for row in oneshot relay relay-t1 relay-t4 relay-hold1 relay-ride; do
+    for row in oneshot relay relay-t1 relay-t4 relay-hold1 relay-ride relay-ride-ordered; do
       [[ $chain_rows == *,$row,* ]] || continue
       local hold=16 threads=2 wiring=streams how=relay
       case $row in
@@ -824,6 +835,7 @@ run_decode() {
         relay-t4) threads=4 ;;
         relay-hold1) hold=1 ;;
         relay-ride) wiring=ride ;;
+        relay-ride-ordered) wiring=ride-ordered ;;
       esac
       [[ $how == relay && -n ${DECODE_RELAY_MAX:-} ]] && how="relay --relay-max $DECODE_RELAY_MAX"
       echo "## TPAR_STREAM_HOLD=$hold TPAR_RELAY_THREADS=$threads tpar-bench --devices $(visible "${DECODE_N:-2}") --chain 64 --chain-work 58M --chain-wiring $wiring --algo $how" >> "$log"

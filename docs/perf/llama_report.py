@@ -168,7 +168,7 @@ def render_first():
               f"({mx_none[3] / mx_tpar[3]:.2f}x); with every server warmed first, before 779f435 (run Y0, "
               f"{y0_st['date']}) {y0['mixed-none'][3] / y0['mixed-tpar'][3]:.2f}x, since it (the staging no longer made "
               f"anew at every prompt; runs Y1 and Y2, {y1_st['date']}, four passes on two machines) "
-              + ", ".join(f"{r:.2f}x" for r in y_rates) + f"; with today's sixteen patches (run Z1, {z_st['date']}, six "
+              + ", ".join(f"{r:.2f}x" for r in y_rates) + f"; with the sixteen patches of run Z1 ({z_st['date']}, six "
               f"passes on one machine; patch 0016 keeps a step's slots in one ubatch whatever their KV streams) "
               + ", ".join(f"{r:.2f}x" for r in z_rates) + f", and {z_layer:.2f}x for `-sm layer` "
               f"(the runs between: PERFORMANCE.md).")
@@ -208,7 +208,7 @@ def render_first():
                f"{span(min(now['8b']['auto'], now['8b-q4_k_m']['auto']), max(now['8b']['auto'], now['8b-q4_k_m']['auto']))}; "
                f"on four GPUs {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server under mixed traffic serves "
                f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate in that run ({span(min(z_rates), max(z_rates))} with "
-               f"today's sixteen patches, run Z1; the target is 1.2x). "
+               f"the sixteen patches of run Z1; the target is 1.2x). "
                f"With the AllReduce skipped (timing only) two GPUs decode "
                f"the 8B shapes at {bound_8b:.2f}x one GPU in the same run: the rest of the gap is the AllReduce's cost inside "
                f"the token, and the gap from there to 2x is each GPU's own share, which at 8B sizes is set by ggml's "
