@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 #include "step_spv.h"
@@ -195,6 +196,27 @@ int main(int argc, char** argv) {
     vkCmdDispatch(cb, groups, 1, 1);
     if (where == AFTER) barrier(cb);
   };
+  // A step as a recipe of commands, one letter each: d a one-group dispatch into another
+  // buffer (as the relay's kernel before a step), f a 4-byte fill of that buffer (as
+  // ggml-vulkan zeroing its add/rms partials), b a barrier, s the step's dispatch (no
+  // barrier of its own). With mode 0 every step's recipe goes into one command buffer.
+  auto record_recipe = [&](VkCommandBuffer cb, uint32_t k, const char* recipe) {
+    for (const char* c = recipe; *c; ++c) {
+      if (*c == 'b') {
+        barrier(cb);
+      } else if (*c == 's') {
+        step(cb, k, false, NONE);
+      } else if (*c == 'f') {
+        vkCmdFillBuffer(cb, dummy, 0, 4, 0);
+      } else if (*c == 'd') {
+        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipes[1]);
+        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pl, 0, 1, &dss[2], 0, nullptr);
+        uint32_t pc[2] = {1u, 0u};
+        vkCmdPushConstants(cb, pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, 8, pc);
+        vkCmdDispatch(cb, 1, 1, 1);
+      }
+    }
+  };
   auto begin = [&](VkCommandBuffer cb, VkCommandBufferUsageFlags usage = 0) {
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = usage;
@@ -229,7 +251,8 @@ int main(int argc, char** argv) {
   // or where the barrier goes.
   struct Row { const char* name; const char* what; int mode; long per_cb; VkCommandBufferUsageFlags usage = 0;
                bool transient = false; bool alt = false; Barrier where = BEFORE; bool end_barrier = false;
-               int lead = 0; };  // lead: what each command buffer starts with before its first step (LEAD_*)
+               int lead = 0;  // lead: what each command buffer starts with before its first step (LEAD_*)
+               const char* recipe = nullptr; };  // see record_recipe
   const Row rows[] = {
       {"one-cb", "every step in one command buffer, a barrier between steps", 0, 0},
       {"cb-8", "8 steps a command buffer, one batch", 1, 8},
@@ -254,6 +277,14 @@ int main(int argc, char** argv) {
       {"one-cb-narrow", "as one-cb, the barriers compute to compute, shader writes only", 0, 0, 0, false, false, NARROW},
       {"cb-1-narrow", "as cb-1, the barriers compute to compute, shader writes only", 1, 1, 0, false, false, NARROW},
       {"cb-1-buffer", "as cb-1, the barriers on the buffer rather than global", 1, 1, 0, false, false, BUFFER},
+      // the shapes of ggml-vulkan's command buffer after an AllReduce: before patch 0017
+      // (barrier, fill, barrier, barrier, the relay's kernel, barrier, work) and with it
+      // (the kernel, barrier, fill, barrier, work, barrier), and the same in one command buffer
+      {"one-cb-ggml-before", "one command buffer, each step as bfbbdbs (the shape before patch 0017)", 0, 0, 0, false, false, BEFORE, false, LEAD_NONE, "bfbbdbs"},
+      {"cb-1-ggml-before", "a command buffer a step, each bfbbdbs", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "bfbbdbs"},
+      {"one-cb-ggml-0017", "one command buffer, each step as dbfbsb (patch 0017's shape)", 0, 0, 0, false, false, BEFORE, false, LEAD_NONE, "dbfbsb"},
+      {"cb-1-ggml-0017", "a command buffer a step, each dbfbsb", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "dbfbsb"},
+      {"cb-1-ggml-0017-nofill", "a command buffer a step, each dbsb (no fill)", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "dbsb"},
       {"one-cb-no-barrier", "as one-cb with no barriers (timing only: the steps may overlap)", 0, 0, 0, false, false, NONE},
       {"cb-1-no-barrier", "as cb-1 with no barriers (timing only: the steps may overlap)", 1, 1, 0, false, false, NONE},
   };
@@ -261,6 +292,7 @@ int main(int argc, char** argv) {
   // extra_us/cb is against the one-cb row of the same binds and barriers (one-cb,
   // one-cb-alt, one-cb-no-barrier), which comes first.
   double bases[2][3] = {};  // [alt][barriers: as one-cb, narrow, none]
+  std::map<std::string, double> recipe_bases;
   for (const Row& row : rows) {
     record_ends();
     std::vector<VkCommandBuffer> mid;
@@ -280,7 +312,10 @@ int main(int argc, char** argv) {
       mid.push_back(cbs[1]);
     } else if (row.mode == 0) {
       begin(cbs[1]);
-      for (long k = 1; k <= steps; k++) step(cbs[1], uint32_t(k), row.alt, row.where);
+      for (long k = 1; k <= steps; k++) {
+        if (row.recipe) record_recipe(cbs[1], uint32_t(k), row.recipe);
+        else step(cbs[1], uint32_t(k), row.alt, row.where);
+      }
       CK(vkEndCommandBuffer(cbs[1]));
       mid.push_back(cbs[1]);
     } else {
@@ -300,7 +335,10 @@ int main(int argc, char** argv) {
           vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipes[0]);
           vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pl, 0, 1, &dss[0], 0, nullptr);
         }
-        for (long k = c * per + 1; k <= std::min(steps, (c + 1) * per); k++) step(cb, uint32_t(k), row.alt, row.where);
+        for (long k = c * per + 1; k <= std::min(steps, (c + 1) * per); k++) {
+          if (row.recipe) record_recipe(cb, uint32_t(k), row.recipe);
+          else step(cb, uint32_t(k), row.alt, row.where);
+        }
         if (row.end_barrier) barrier(cb);
         CK(vkEndCommandBuffer(cb));
         mid.push_back(cb);
@@ -353,7 +391,8 @@ int main(int argc, char** argv) {
     std::sort(gpu.begin(), gpu.end());
     std::sort(hostt.begin(), hostt.end());
     const double med = gpu[gpu.size() / 2], p90 = gpu[std::min(gpu.size() - 1, gpu.size() * 9 / 10)];
-    double& base = bases[row.alt ? 1 : 0][row.where == NONE ? 2 : row.where == NARROW ? 1 : 0];
+    // a recipe row against the one-cb row of the same recipe (none: extra is the whole step)
+    double& base = row.recipe ? recipe_bases[row.recipe] : bases[row.alt ? 1 : 0][row.where == NONE ? 2 : row.where == NARROW ? 1 : 0];
     if (row.mode == 0) base = med;
     const long cbs_n = row.mode == 0 ? 1 : row.mode == 5 ? steps : (steps + row.per_cb - 1) / row.per_cb;
     const double extra = row.mode == 0 ? 0.0 : (med - base) * double(steps) / double(cbs_n);
