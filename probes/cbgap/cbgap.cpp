@@ -198,12 +198,22 @@ int main(int argc, char** argv) {
   };
   // A step as a recipe of commands, one letter each: d a one-group dispatch into another
   // buffer (as the relay's kernel before a step), f a 4-byte fill of that buffer (as
-  // ggml-vulkan zeroing its add/rms partials), b a barrier, s the step's dispatch (no
-  // barrier of its own). With mode 0 every step's recipe goes into one command buffer.
+  // ggml-vulkan zeroing its add/rms partials), b a barrier, n a narrow one (NARROW), w a
+  // wide one (compute and transfer to compute and transfer, their reads and writes, as
+  // ggml_vk_sync_buffers records), s the step's dispatch (no barrier of its own). With
+  // mode 0 every step's recipe goes into one command buffer.
   auto record_recipe = [&](VkCommandBuffer cb, uint32_t k, const char* recipe) {
     for (const char* c = recipe; *c; ++c) {
       if (*c == 'b') {
         barrier(cb);
+      } else if (*c == 'n') {
+        barrier_of(cb, NARROW);
+      } else if (*c == 'w') {
+        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+        mb.srcAccessMask = mb.dstAccessMask =
+            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+        const VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+        vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
       } else if (*c == 's') {
         step(cb, k, false, NONE);
       } else if (*c == 'f') {
@@ -285,6 +295,11 @@ int main(int argc, char** argv) {
       {"one-cb-ggml-0017", "one command buffer, each step as dbfbsb (patch 0017's shape)", 0, 0, 0, false, false, BEFORE, false, LEAD_NONE, "dbfbsb"},
       {"cb-1-ggml-0017", "a command buffer a step, each dbfbsb", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "dbfbsb"},
       {"cb-1-ggml-0017-nofill", "a command buffer a step, each dbsb (no fill)", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "dbsb"},
+      // which barrier ends a command buffer: the probe's, a narrow one, ggml-vulkan's wide one
+      {"one-cb-sn", "one command buffer, each step as sn", 0, 0, 0, false, false, BEFORE, false, LEAD_NONE, "sn"},
+      {"cb-1-end-narrow", "a command buffer a step, each sn: a narrow barrier at the end", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "sn"},
+      {"one-cb-sw", "one command buffer, each step as sw", 0, 0, 0, false, false, BEFORE, false, LEAD_NONE, "sw"},
+      {"cb-1-end-wide", "a command buffer a step, each sw: ggml-vulkan's wide barrier at the end", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "sw"},
       {"one-cb-no-barrier", "as one-cb with no barriers (timing only: the steps may overlap)", 0, 0, 0, false, false, NONE},
       {"cb-1-no-barrier", "as cb-1 with no barriers (timing only: the steps may overlap)", 1, 1, 0, false, false, NONE},
   };
