@@ -300,6 +300,9 @@ int main(int argc, char** argv) {
       {"cb-1-end-narrow", "a command buffer a step, each sn: a narrow barrier at the end", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "sn"},
       {"one-cb-sw", "one command buffer, each step as sw", 0, 0, 0, false, false, BEFORE, false, LEAD_NONE, "sw"},
       {"cb-1-end-wide", "a command buffer a step, each sw: ggml-vulkan's wide barrier at the end", 1, 1, 0, false, false, BEFORE, false, LEAD_NONE, "sw"},
+      // secondary command buffers with the barrier at the end: a primary that executes a
+      // subgraph each, recorded once and replayed, would end no command buffer between them
+      {"secondary-1-end", "one command buffer executing a secondary command buffer a step, each sb", 5, 1, 0, false, false, BEFORE, false, LEAD_NONE, "sb"},
       {"one-cb-no-barrier", "as one-cb with no barriers (timing only: the steps may overlap)", 0, 0, 0, false, false, NONE},
       {"cb-1-no-barrier", "as cb-1 with no barriers (timing only: the steps may overlap)", 1, 1, 0, false, false, NONE},
   };
@@ -318,7 +321,8 @@ int main(int argc, char** argv) {
         CK(vkResetCommandBuffer(sc, 0));
         VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO}; bi.pInheritanceInfo = &inh;
         CK(vkBeginCommandBuffer(sc, &bi));
-        step(sc, uint32_t(k));
+        if (row.recipe) record_recipe(sc, uint32_t(k), row.recipe);
+        else step(sc, uint32_t(k), row.alt, row.where);
         CK(vkEndCommandBuffer(sc));
       }
       begin(cbs[1]);
