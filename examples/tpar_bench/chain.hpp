@@ -144,9 +144,7 @@ class ChainDevice {
       record_step(cb, k);
     }
     zeroed_ = true;
-    drop_rides();
-    ride_cbs_.assign(steps, nullptr);
-    ride_sites_.assign(steps, 0);
+    drop_rides(steps);
   }
 
   vk::CommandBuffer step(std::uint32_t k) const { return cbs_[k]; }
@@ -158,10 +156,7 @@ class ChainDevice {
   // barrier (every step's command buffer ends with one), and leaves its own out.
   vk::CommandBuffer ride_step(std::uint32_t k, bool ordered = false) {
     if (ordered != rides_ordered_) {  // another wiring's recordings: record anew
-      const std::size_t steps = ride_cbs_.size();
-      drop_rides();
-      ride_cbs_.assign(steps, nullptr);
-      ride_sites_.assign(steps, 0);
+      drop_rides(ride_cbs_.size());
       rides_ordered_ = ordered;
     }
     if (!stream_->ride_pending()) return cbs_[k];
@@ -236,15 +231,16 @@ class ChainDevice {
     tpar::Trace::instance().label(cb, "chain step");
   }
 
-  // The ride wiring's command buffers (their runs are done) and sites.
-  void drop_rides() {
+  // Frees the ride wiring's command buffers (their runs are done) and forgets their sites,
+  // leaving `steps` empty slots for them.
+  void drop_rides(std::size_t steps = 0) {
     for (std::size_t k = 0; k < ride_cbs_.size(); ++k)
       if (ride_cbs_[k]) {
         stream_->ride_forget(ride_sites_[k]);
         dev_->handle().freeCommandBuffers(pool_, 1, &ride_cbs_[k]);
       }
-    ride_cbs_.clear();
-    ride_sites_.clear();
+    ride_cbs_.assign(steps, nullptr);
+    ride_sites_.assign(steps, 0);
   }
 
   tpar::Device* dev_;

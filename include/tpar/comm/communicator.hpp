@@ -370,9 +370,9 @@ class Communicator {
            !batches[0].wait_relay;
   }
   // Records device d's part of the last call (last_call_rides(d)) into `cb`: its kernel
-  // between two barriers (`ordered`: the first left out, see detail::record_ride_commands:
-  // the host vouches that nothing before needs it). `keep`: the host submits `cb` again for later calls, so the
-  // kernel is recorded as a site (its id returned, for bind_site() before each later
+  // between two barriers (`ordered`: the first left out, as the host vouches that nothing
+  // before needs it: detail::record_ride_commands). `keep`: the host submits `cb` again
+  // for later calls, so the kernel is recorded as a site (its id returned, for bind_site() before each later
   // submission, forget_site() once the host frees `cb`); nullopt, with nothing recorded,
   // where every site is in use. Otherwise (0) the call's own descriptor set is bound, and
   // `cb` must be submitted once, before the next call.
