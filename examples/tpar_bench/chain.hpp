@@ -28,6 +28,10 @@
 //               step's command buffer ends with one, so the relay's kernel starts its
 //               command buffer with none before it (tpar::Stream::ride's `ordered`, as
 //               ggml-vulkan does with patch 0017)
+// --chain-warm SIZE adds to the ride wirings' command buffers a second dispatch of the
+// step's shader beside the riding kernel (tpar::RideBeside): it reads the first SIZE of the
+// step's weights as the step's first work groups do, and writes nothing, so that they are
+// in the GPU's L2 when the step reads them after the sum (docs/design/l2-warm.md).
 // Every run starts from zeros and the last one is checked against the host's simulation,
 // exactly, on every device.
 #pragma once
@@ -70,8 +74,9 @@ inline float chain_value(float x, std::uint32_t d, std::uint32_t k, std::size_t 
 // semaphore wiring.
 class ChainDevice {
  public:
-  ChainDevice(tpar::Device& dev, std::size_t max_count, std::size_t work_bytes, std::uint32_t index)
+  ChainDevice(tpar::Device& dev, std::size_t max_count, std::size_t work_bytes, std::uint32_t index, std::size_t warm_bytes = 0)
       : dev_(&dev), index_(index), timeline_(dev.handle()) {
+    warm_vec4s_ = static_cast<std::uint32_t>(std::min(warm_bytes, work_bytes) / 16);
     const vk::Device d = dev.handle();
     span_ = std::make_unique<Buffer>(dev, max_count * 4, false);
     readback_ = std::make_unique<Buffer>(dev, max_count * 4, true);
@@ -137,6 +142,10 @@ class ChainDevice {
     groups_ = std::clamp<std::uint32_t>(std::max<std::uint32_t>(weight_vec4s_ / 4096, static_cast<std::uint32_t>((count + 255) / 256)),
                                         1, std::min<std::uint32_t>(dev_->capabilities().max_workgroups_x, 4096));
     count_ = count;
+    // The warm's work groups read the step's first work groups' runs (chain_step.comp:
+    // each group a contiguous run of ceil(weights / groups) vec4s).
+    const std::uint32_t per = (weight_vec4s_ + groups_ - 1) / groups_;
+    warm_groups_ = per ? std::max<std::uint32_t>(1, (warm_vec4s_ + per - 1) / per) : 1;
     for (std::uint32_t k = 0; k < steps; ++k) {
       const vk::CommandBuffer cb = cbs_[k];
       vk::CommandBufferBeginInfo bi;
@@ -171,12 +180,22 @@ class ChainDevice {
     const vk::CommandBuffer cb = ride_cbs_[k];
     vk::CommandBufferBeginInfo bi;
     vk_check(cb.begin(&bi), "vkBeginCommandBuffer");
-    ride_sites_[k] = stream_->ride(cb, true, ordered);
+    const tpar::RideBeside warm = [this](vk::CommandBuffer c) {
+      // (count 0: the shader reads the weights and writes nothing)
+      c.bindPipeline(vk::PipelineBindPoint::eCompute, pipeline_);
+      c.bindDescriptorSets(vk::PipelineBindPoint::eCompute, layout_, 0, 1, &set_, 0, nullptr);
+      const ChainArgs args{0, index_, 0, warm_vec4s_};
+      c.pushConstants(layout_, vk::ShaderStageFlagBits::eCompute, 0, sizeof args, &args);
+      c.dispatch(warm_groups_, 1, 1);
+      ++warms_;
+    };
+    ride_sites_[k] = stream_->ride(cb, true, ordered, warm_vec4s_ ? warm : tpar::RideBeside{});
     record_step(cb, k);
     return cb;
   }
   tpar::Stream& stream() { return *stream_; }
   tpar::Device& device() { return *dev_; }
+  std::uint64_t warms() const { return warms_; }  // warm dispatches recorded beside a ride
   tpar::BufferSpan span() const { return {span_->buffer, 0, count_, span_->size}; }
   const tpar::Timeline& timeline() const { return timeline_; }
   std::uint64_t& signalled() { return signalled_; }
@@ -258,6 +277,8 @@ class ChainDevice {
   std::vector<std::uint64_t> ride_sites_;
   bool rides_ordered_ = false;  // how ride_cbs_ were recorded
   std::uint32_t groups_ = 1;
+  std::uint32_t warm_vec4s_ = 0, warm_groups_ = 1;  // --chain-warm
+  std::uint64_t warms_ = 0;
   bool zeroed_ = false;
   std::size_t count_ = 0;
   std::unique_ptr<tpar::Stream> stream_;
@@ -484,7 +505,7 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
   const std::size_t largest = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
   std::vector<std::unique_ptr<ChainDevice>> devs;
   for (std::size_t d = 0; d < n; ++d)
-    devs.push_back(std::make_unique<ChainDevice>(group[d], largest / 4, cfg.chain_work, static_cast<std::uint32_t>(d)));
+    devs.push_back(std::make_unique<ChainDevice>(group[d], largest / 4, cfg.chain_work, static_cast<std::uint32_t>(d), cfg.chain_warm));
   const std::uint32_t steps = cfg.chain_steps;
   const int runs = cfg.iters ? cfg.iters : 20;
   const bool text = !cfg.csv && !cfg.json;
@@ -495,6 +516,9 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
     if (cfg.relay_peers)
       std::printf("# relay floor: device 0 and %u peer%s played by the relay's host thread (n = %zu)\n", cfg.relay_peers,
                   cfg.relay_peers == 1 ? "" : "s", n + cfg.relay_peers);
+    if (cfg.chain_warm)
+      std::printf("# beside each riding call's kernel: a read of the first %s of the step's weights\n",
+                  human_bytes(cfg.chain_warm).c_str());
     std::printf("# %9s %8s %11s %9s %11s %12s %11s %8s %8s %8s %7s\n", "bytes", "algo", "wiring", "step(us)", "no-AR(us)",
                 "boundary(us)", "enqueue(us)", "cpu(us)", "submits", "waits", "#wrong");
   }
@@ -578,6 +602,8 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
           streamed = std::make_unique<tpar::StreamAllreduce<tpar::AnyCommunicator>>(comm, streams);
         }
         const tpar::RelayStats relay0 = comm.relay_stats();
+        std::uint64_t warms0 = 0;
+        for (auto& c : devs) warms0 += c->warms();
         const auto t = time_rows(&comm, streamed.get(), w);
         tpar::RelayStats relay = comm.relay_stats();
         streamed.reset();
@@ -602,6 +628,11 @@ inline int run_chain(tpar::DeviceGroup& group, const Config& cfg, const std::str
         relay.kernel_gap -= relay0.kernel_gap;
         if (text && relay.timed_arrivals) std::printf("#   %s: %s\n", row.algo.c_str(), tpar::relay_arrivals(relay).c_str());
         if (text && relay.kernels) std::printf("#   %s: %s\n", row.algo.c_str(), tpar::relay_kernel_times(relay).c_str());
+        std::uint64_t warms = 0;
+        for (auto& c : devs) warms += c->warms();
+        if (text && cfg.chain_warm && (w == Wiring::ride || w == Wiring::ride_ordered))
+          std::printf("#   warm: %llu read%s recorded beside a riding kernel (none where no call rode)\n",
+                      static_cast<unsigned long long>(warms - warms0), warms - warms0 == 1 ? "" : "s");
       }
     }
     if (text)

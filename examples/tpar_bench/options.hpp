@@ -48,6 +48,7 @@ struct Config {
   std::uint32_t depth = 0;  // 0: tpar's default (sized by bytes), or 2 x defer (at most 8) with --defer
   std::uint32_t chain_steps = 0;  // --chain: steps a run (0: not the chain)
   std::size_t chain_work = 0;     // --chain-work: bytes of weights each step reads per device
+  std::size_t chain_warm = 0;     // --chain-warm: bytes of them read beside each riding call's kernel
   std::vector<Wiring> chain_wirings{Wiring::streams, Wiring::semaphores};
   bool profile = false;
   std::string profile_out;
@@ -173,6 +174,11 @@ inline void print_help() {
       "                        command buffer ending with its barrier and the ride told so:\n"
       "                        no barrier before the relay's kernel, as ggml-vulkan with\n"
       "                        patch 0017) or ride,ride-ordered\n"
+      "  --chain-warm SIZE     --chain with ride wirings: each step's command buffer also reads\n"
+      "                        the first SIZE of the step's weights beside the riding call's\n"
+      "                        kernel, while it waits for the sum (tpar::RideBeside), so they\n"
+      "                        are in the GPU's cache when the step reads them (at most\n"
+      "                        --chain-work; default 0: nothing beside)\n"
       "  --relay-peers K       the relay's floor: one device (the first selected) with K more\n"
       "                        played by the relay's host thread (1 to 31), every call through\n"
       "                        the relay, sizes 4K to 1M by default; the table as above, busbw\n"
@@ -208,7 +214,8 @@ inline void check_mode_flags(const Config& c) {
   };
   const Mode modes[] = {
       {"--chain", {"--min-bytes", "--max-bytes", "--factor", "--sizes", "--iters", "--warmup", "--repeat", "--wire", "--algo",
-                   "--sync", "--depth", "--relay-max", "--relay-sum", "--relay-peers", "--chain-work", "--chain-wiring", "--csv", "--json"}},
+                   "--sync", "--depth", "--relay-max", "--relay-sum", "--relay-peers", "--chain-work", "--chain-wiring", "--chain-warm", "--csv",
+                   "--json"}},
       {"--link-only", {"--link-bytes", "--link-window", "--json"}},
       {"--wake", {"--iters"}},
       {"--submit-cost", {"--iters"}},
@@ -234,7 +241,7 @@ inline void check_mode_flags(const Config& c) {
       tpar_cli::usage_error(program, std::string(chosen->flag) + " does not take " + f);
     if (!chosen && (f == "--seed" || f == "--inject-fault" || f == "--soak-timeout"))
       tpar_cli::usage_error(program, f + " is for --soak");
-    if ((!chosen || std::string_view(chosen->flag) != "--chain") && (f == "--chain-work" || f == "--chain-wiring"))
+    if ((!chosen || std::string_view(chosen->flag) != "--chain") && (f == "--chain-work" || f == "--chain-wiring" || f == "--chain-warm"))
       tpar_cli::usage_error(program, f + " is for --chain");
   }
 }
@@ -337,6 +344,9 @@ inline Config parse(int argc, char** argv) {
       c.chain_work = tpar_cli::parse_size(program, a, value());
       if (c.chain_work % 16 || c.chain_work > (std::size_t{1} << 34))
         tpar_cli::usage_error(program, "--chain-work takes a multiple of 16 bytes, at most 16G");
+    } else if (a == "--chain-warm") {
+      c.chain_warm = tpar_cli::parse_size(program, a, value());
+      if (c.chain_warm % 16) tpar_cli::usage_error(program, "--chain-warm takes a multiple of 16 bytes");
     } else if (a == "--chain-wiring") {
       const std::string_view v = value();
       if (v == "streams") c.chain_wirings = {Wiring::streams};
@@ -405,6 +415,12 @@ inline Config parse(int argc, char** argv) {
   if (!c.sizes.empty() && (c.has("--min-bytes") || c.has("--max-bytes") || c.has("--factor")))
     tpar_cli::usage_error(program, "--sizes gives the sizes: it takes no -b, -e or -f");
   if (c.relay_peers && !c.has("--min-bytes")) c.min_bytes = 4 << 10;
+  if (c.chain_warm > c.chain_work)
+    tpar_cli::usage_error(program, "--chain-warm " + human_bytes(c.chain_warm) + " is more than --chain-work " +
+                                       human_bytes(c.chain_work) + ": it reads the first part of the step's weights");
+  if (c.chain_warm && std::none_of(c.chain_wirings.begin(), c.chain_wirings.end(),
+                                   [](Wiring w) { return w == Wiring::ride || w == Wiring::ride_ordered; }))
+    tpar_cli::usage_error(program, "--chain-warm reads beside a riding call: it needs --chain-wiring ride or ride-ordered");
   if (c.chain_steps && c.sizes.empty() && !c.has("--min-bytes") && !c.has("--max-bytes") && !c.has("--factor"))
     c.sizes = {4 << 10, 16 << 10, 64 << 10};
   if (c.has("--min-bytes") && c.has("--max-bytes") && c.min_bytes > c.max_bytes)

@@ -635,15 +635,27 @@ TEST_CASE("streams: a call waiting for a ride goes out at any flush or submissio
   Stream s(dev.handle(), q.handle(), q.family(), q.shared_lock());
   s.set_holding(true);
   TestTimeline t(dev.handle());
-  s.set_rider({[](vk::CommandBuffer, bool, bool) { return std::optional<std::uint64_t>(0); }, {}, {}});
+  // (the rider records nothing; it calls what the host gives to record beside the kernel,
+  // with the host's command buffer, as Communicator::record_ride does)
+  s.set_rider({[](vk::CommandBuffer cb, bool, bool, const tpar::RideBeside& beside) {
+                 if (beside) beside(cb);
+                 return std::optional<std::uint64_t>(0);
+               },
+               {},
+               {}});
   auto first = held_call(t, 1), second = held_call(t, 2);
   s.hold_ride(first);
-  CHECK(s.ride(vk::CommandBuffer{}, false) == 0);  // taken (this rider records nothing)
+  int besides = 0;
+  const tpar::RideBeside count = [&](vk::CommandBuffer) { ++besides; };
+  CHECK(s.ride(vk::CommandBuffer{}, false, false, count) == 0);  // taken
+  CHECK(besides == 1);
   CHECK_FALSE(s.ride_pending());
   CHECK_THROWS_AS(s.hold_ride(second), Error);
   s.submit(std::span<const vk::SubmitInfo>{});  // the host's work that took it: its signals end it
   s.hold_ride(second);
   s.flush();
+  CHECK(s.ride(vk::CommandBuffer{}, false, false, count) == 0);  // no call waits: nothing recorded, nothing beside
+  CHECK(besides == 1);
   CHECK(s.ride_stats().recorded == 1);
   CHECK(s.ride_stats().fell_back == 1);
   CHECK(reached(t, 2));

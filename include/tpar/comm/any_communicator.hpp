@@ -34,8 +34,9 @@ class AnyCommunicator {
   void set_before_wait(std::function<void()> f) { impl_->set_before_wait(std::move(f)); }
   // See Communicator::last_call_rides, record_ride, bind_site, forget_site, sites_in_use.
   bool last_call_rides(std::size_t d) const { return impl_->last_call_rides(d); }
-  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false) {
-    return impl_->record_ride(d, cb, keep, ordered);
+  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false,
+                                           const RideBeside& beside = {}) {
+    return impl_->record_ride(d, cb, keep, ordered, beside);
   }
   bool bind_site(std::size_t d, std::uint64_t id) { return impl_->bind_site(d, id); }
   void forget_site(std::size_t d, std::uint64_t id) { impl_->forget_site(d, id); }
@@ -76,7 +77,7 @@ class AnyCommunicator {
     virtual bool pending_waits_on_host_only() const = 0;
     virtual void set_before_wait(std::function<void()>) = 0;
     virtual bool last_call_rides(std::size_t) const = 0;
-    virtual std::optional<std::uint64_t> record_ride(std::size_t, vk::CommandBuffer, bool, bool) = 0;
+    virtual std::optional<std::uint64_t> record_ride(std::size_t, vk::CommandBuffer, bool, bool, const RideBeside&) = 0;
     virtual bool bind_site(std::size_t, std::uint64_t) = 0;
     virtual void forget_site(std::size_t, std::uint64_t) = 0;
     virtual std::size_t sites_in_use(std::size_t) const = 0;
@@ -109,8 +110,9 @@ class AnyCommunicator {
     bool pending_waits_on_host_only() const override { return comm.pending_waits_on_host_only(); }
     void set_before_wait(std::function<void()> f) override { comm.set_before_wait(std::move(f)); }
     bool last_call_rides(std::size_t d) const override { return comm.last_call_rides(d); }
-    std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered) override {
-      return comm.record_ride(d, cb, keep, ordered);
+    std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered,
+                                             const RideBeside& beside) override {
+      return comm.record_ride(d, cb, keep, ordered, beside);
     }
     bool bind_site(std::size_t d, std::uint64_t id) override { return comm.bind_site(d, id); }
     void forget_site(std::size_t d, std::uint64_t id) override { comm.forget_site(d, id); }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -24,6 +25,17 @@ concept StagingPolicy = requires(const DeviceGroup& group) {
   S::check_support(group);
   typename S::Generation;
 } && std::constructible_from<typename S::Generation, const DeviceGroup&, std::uint64_t, std::uint32_t, std::uint64_t>;
+
+// Commands a host records beside a riding relay call's kernel (Stream::ride): right after
+// the kernel in the host's command buffer, before the barrier that makes the sum visible,
+// so the GPU runs them while the kernel waits for the host's sum (the GPU's memory is
+// otherwise idle then). They may read anything the host's commands before the ride wrote
+// (the ride's own ordering covers them where the ride is `ordered`; otherwise the barrier
+// before the kernel does), and must neither read the call's span nor write anything the
+// kernel or the host's later commands read, with no barrier of their own: what helps is
+// work whose only effect is on the caches, as reading the weights the next commands
+// read first (docs/design/l2-warm.md). Called once, while the ride records.
+using RideBeside = std::function<void(vk::CommandBuffer)>;
 
 struct AllreduceArgs {
   // Per device (or empty): work on the span starts once this point is reached. A null

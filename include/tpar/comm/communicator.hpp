@@ -376,13 +376,15 @@ class Communicator {
   // submission, forget_site() once the host frees `cb`); nullopt, with nothing recorded,
   // where every site is in use. Otherwise (0) the call's own descriptor set is bound, and
   // `cb` must be submitted once, before the next call.
-  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false) {
+  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false,
+                                           const RideBeside& beside = {}) {
     const detail::RideCall call = ride_call(d);
     if (!keep) {
-      detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups, ordered);
+      detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups, ordered,
+                                   beside);
       return 0;
     }
-    const std::uint64_t id = sites(d).make(cb, call, ordered);
+    const std::uint64_t id = sites(d).make(cb, call, ordered, beside);
     if (!id) return std::nullopt;
     return id;
   }

@@ -137,14 +137,17 @@ class Stream {
   // name to ride_again() before each such submission and to ride_forget() once `cb` is
   // freed. Where no site is free, nothing is recorded and the call goes out in tpar's
   // command buffer. Throws Error where recording failed (the call goes out then too).
-  std::uint64_t ride(vk::CommandBuffer cb, bool keep, bool ordered = false) {
-    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool)> record;
+  // `beside`: commands of the host's recorded right after the kernel, before the barrier
+  // that makes the sum visible, so the GPU runs them while the kernel waits for the sum;
+  // called only where the call rides (RideBeside says what they may do).
+  std::uint64_t ride(vk::CommandBuffer cb, bool keep, bool ordered = false, const RideBeside& beside = {}) {
+    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool, const RideBeside&)> record;
     {
       std::lock_guard lock(mutex_);
       if (ride_ != RideState::pending || !rider_.record) return 0;
       record = rider_.record;
     }
-    const std::optional<std::uint64_t> site = record(cb, keep, ordered);
+    const std::optional<std::uint64_t> site = record(cb, keep, ordered, beside);
     std::lock_guard lock(mutex_);
     if (!site) return 0;
     ride_ = RideState::taken;
@@ -200,7 +203,7 @@ class Stream {
   // For StreamAllreduce: what records a waiting call into a host's command buffer
   // (Communicator::record_ride, bind_site, forget_site for this stream's device).
   struct Rider {
-    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool)> record;  // (cb, keep, ordered)
+    std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool, const RideBeside&)> record;  // (cb, keep, ordered, beside)
     std::function<bool(std::uint64_t)> bind;
     std::function<void(std::uint64_t)> forget;
   };
@@ -487,7 +490,9 @@ class StreamAllreduce {
     for (auto* s : streams_) s->set_release([this] { release_held(); });
     if (comm_.options().relay_ride)
       for (std::size_t d = 0; d < streams_.size(); ++d)
-        streams_[d]->set_rider({[this, d](vk::CommandBuffer cb, bool keep, bool ordered) { return comm_.record_ride(d, cb, keep, ordered); },
+        streams_[d]->set_rider({[this, d](vk::CommandBuffer cb, bool keep, bool ordered, const RideBeside& beside) {
+                                  return comm_.record_ride(d, cb, keep, ordered, beside);
+                                },
                                 [this, d](std::uint64_t site) { return comm_.bind_site(d, site); },
                                 [this, d](std::uint64_t site) { comm_.forget_site(d, site); }});
     for (auto* s : streams_) s->set_holding(true);

@@ -175,17 +175,18 @@ class QueueLink {
   // none, is what ride_again() names before each replay and ride_forget() once the
   // recording is freed; `ordered`: `cb` has nothing recorded yet and ggml-vulkan ends
   // every command buffer on this queue with a barrier, so the kernel needs none before
-  // it, Stream::ride); ride_again(): false where a recording with that site cannot be
+  // it, Stream::ride; `beside`: ggml-vulkan's commands to run while the kernel waits,
+  // RideBeside); ride_again(): false where a recording with that site cannot be
   // replayed now (record it anew). Errors throw vk::SystemError, as ggml-vulkan's own.
   bool ride_pending() const {
     const Stream* s = stream();
     return s && s->ride_pending();
   }
-  std::uint64_t ride(vk::CommandBuffer cb, bool keep, bool ordered = false) {
+  std::uint64_t ride(vk::CommandBuffer cb, bool keep, bool ordered = false, const RideBeside& beside = {}) {
     Stream* s = stream();
     if (!s) return 0;
     try {
-      return s->ride(cb, keep, ordered);
+      return s->ride(cb, keep, ordered, beside);
     } catch (const Error& e) {
       rethrow_for_ggml(e);
     }

@@ -47,8 +47,11 @@ struct RideCall {
 // out: on NVIDIA's driver a barrier before a command buffer's first dispatch costs the
 // GPU about 3 us more than one at the end of the command buffer before
 // (docs/design/barrier-at-the-end.md).
+// `beside`: where given, the host's own commands recorded between the kernel and the
+// second barrier, so they run while the kernel waits for the sum (RideBeside).
 inline void record_ride_commands(vk::CommandBuffer cb, vk::PipelineLayout layout, vk::Pipeline pipeline,
-                                 vk::DescriptorSet set, const KernelArgs& args, std::uint32_t groups, bool ordered = false) {
+                                 vk::DescriptorSet set, const KernelArgs& args, std::uint32_t groups, bool ordered = false,
+                                 const RideBeside& beside = {}) {
   using S = vk::PipelineStageFlagBits;
   using A = vk::AccessFlagBits;
   const vk::PipelineStageFlags stages = S::eComputeShader | S::eTransfer;
@@ -59,6 +62,7 @@ inline void record_ride_commands(vk::CommandBuffer cb, vk::PipelineLayout layout
   cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, layout, 0, 1, &set, 0, nullptr);
   cb.pushConstants(layout, vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &args);
   cb.dispatch(groups, 1, 1);
+  if (beside) beside(cb);
   const vk::MemoryBarrier after(A::eShaderWrite, A::eShaderRead | A::eShaderWrite | A::eTransferRead | A::eTransferWrite);
   cb.pipelineBarrier(S::eComputeShader, stages, {}, 1, &after, 0, nullptr, 0, nullptr);
 }
@@ -93,7 +97,7 @@ class RideSites {
   // A new site for `call`, recorded into `cb` and serving the call: its id, or 0 where
   // no site is free (nothing recorded then). A forgotten site is free once the last call
   // it served is done (the host frees its command buffers at an idle GPU; this makes sure).
-  std::uint64_t make(vk::CommandBuffer cb, const RideCall& call, bool ordered = false) {
+  std::uint64_t make(vk::CommandBuffer cb, const RideCall& call, bool ordered = false, const RideBeside& beside = {}) {
     std::size_t k = free_.size();
     while (k > 0 && sites_[free_[k - 1]].done && !reached_(sites_[free_[k - 1]].done)) --k;
     if (k == 0) return 0;
@@ -117,7 +121,7 @@ class RideSites {
     args.in_off = hub_.site_word_index(s);
     args.seg_words = hub_.slot_set_words();
     args.out_off = hub_.publish_set_units();
-    record_ride_commands(cb, device_.kernels().layout(), call.pipeline, site.set, args, call.groups, ordered);
+    record_ride_commands(cb, device_.kernels().layout(), call.pipeline, site.set, args, call.groups, ordered, beside);
     free_.pop_back();
     site.id = ((serial_.fetch_add(1, std::memory_order_relaxed) + 1) << 16) | s;
     site.buffer = call.span.buffer;
