@@ -144,17 +144,20 @@ unpack_pinned() {
 # patch applied are the results copied into the checkout. A checkout that already holds
 # the series (every patch reverses, last first) is left as it is.
 apply_to_source() {
-  local files=() f rc failed user_commit
+  local files=() created=() pinned=() f rc failed user_commit
   mapfile -t files < <(sed -nE 's|^diff --git a/([^ ]+) b/.*|\1|p' "${patches[@]}" | sort -u)
+  # the files the series creates (a shader) are in neither tree
+  mapfile -t created < <(awk '/^diff --git a\// { f = substr($3, 3) } /^new file mode/ { print f }' "${patches[@]}" | sort -u)
+  for f in "${files[@]}"; do [[ " ${created[*]} " == *" $f "* ]] || pinned+=("$f"); done
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/tpar-source.XXXXXX")
   trap 'rm -rf "$scratch"' EXIT  # (global: the trap runs after this function returned)
   local g=(git -C "$scratch/repo" -c user.name=tpar -c user.email=tpar@example.invalid -c advice.detachedHead=false -c core.autocrlf=false)
   git init -q "$scratch/repo"
 
   # the pinned tree's files and the series on them: every preimage blob, for -3
-  tar -xJf "$tarball" -C "$scratch" "${files[@]/#/llama.cpp/}" ||
+  tar -xJf "$tarball" -C "$scratch" "${pinned[@]/#/llama.cpp/}" ||
     { echo "llama.sh: cannot read the pinned files from $tarball" >&2; exit 1; }
-  for f in "${files[@]}"; do mkdir -p "$scratch/repo/$(dirname "$f")"; cp "$scratch/llama.cpp/$f" "$scratch/repo/$f"; done
+  for f in "${pinned[@]}"; do mkdir -p "$scratch/repo/$(dirname "$f")"; cp "$scratch/llama.cpp/$f" "$scratch/repo/$f"; done
   "${g[@]}" add -A && "${g[@]}" commit -q -m pinned
   "${g[@]}" am -q "${patches[@]}" > "$scratch/am.log" 2>&1 ||
     { cat "$scratch/am.log" >&2; echo "llama.sh: the series does not apply to the pinned tree" >&2; exit 1; }
@@ -165,7 +168,7 @@ apply_to_source() {
   local absent=()
   for f in "${files[@]}"; do
     if [[ -f "$source/$f" ]]; then mkdir -p "$scratch/repo/$(dirname "$f")"; cp "$source/$f" "$scratch/repo/$f"
-    else absent+=("$f"); fi
+    elif [[ " ${created[*]} " != *" $f "* ]]; then absent+=("$f"); fi
   done
   "${g[@]}" add -A && "${g[@]}" commit -q -m user
   user_commit=$("${g[@]}" rev-parse HEAD)
@@ -204,22 +207,28 @@ apply_to_source() {
     echo "llama.sh: the series is made against llama.cpp $llama_commit (third_party/README.md)" >&2
     exit 1
   fi
-  local changed=() before="$build_dir/source-before"
+  local changed=() new=() before="$build_dir/source-before"
   mapfile -t changed < <("${g[@]}" diff --name-only "$user_commit" HEAD)
   # the files as they were, kept to undo with (a git checkout would also drop the user's
   # own uncommitted changes to them, which the 3-way merge kept)
   rm -rf "$before" && mkdir -p "$before"
   for f in "${changed[@]}"; do
-    mkdir -p "$before/$(dirname "$f")" && cp -p "$source/$f" "$before/$f"
+    if [[ -f "$source/$f" ]]; then mkdir -p "$before/$(dirname "$f")" && cp -p "$source/$f" "$before/$f"
+    else new+=("$f"); fi
   done
   for f in "${changed[@]}"; do
+    mkdir -p "$source/$(dirname "$f")"
     cp "$scratch/repo/$f" "$source/$f.tpar-new" && mv "$source/$f.tpar-new" "$source/$f"
   done
   local merged
   merged=$(awk '/^Applying: / { p = substr($0, 11) } /^Using index info to reconstruct a base tree/ { printf "%s\"%s\"", n++ ? ", " : "", p }' "$scratch/am.log")
   [[ -z "$merged" ]] || say "merged 3-way (the text around them differs from $llama_commit): $merged"
   say "applied; changed in $source: ${changed[*]}"
-  say "to undo: cp -r $before/. $source/ (the files as they were)"
+  if [[ ${#new[@]} -gt 0 ]]; then
+    say "to undo: cp -r $before/. $source/ (the files as they were), then remove what the series added: (cd $source && rm ${new[*]})"
+  else
+    say "to undo: cp -r $before/. $source/ (the files as they were)"
+  fi
 }
 
 # Applies the series (to the pinned tree, or to --source), then builds the programs.

@@ -201,14 +201,22 @@ case "$name" in
     # stalled timeline (ggml-vulkan's fences: CI of 6377984, under load).
     [[ -n "$(ls /usr/share/vulkan/explicit_layer.d/*validation* 2>/dev/null)" ]] || { echo "[skipped] no validation layer installed"; exit 0; }
     RUN_ARGS="-n 2"
+    # Also with the reads of weights that ride beside tpar's kernel on GPUs recorded at every
+    # subgraph's start (GGML_VK_WARM_ALWAYS=1: on lavapipe no AllReduce rides).
     run tpar dense.gguf 0,0 tensor VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
         VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
-    check_served tpar 2
-    reports=$(cat "$dir/tpar.out" "$dir/tpar.log" | grep -o 'Validation [A-Za-z]*: \[ [A-Za-z0-9_-]* \]' | sort | uniq -c || true)
-    echo "validation layer reports: ${reports:-none}"
-    if echo "$reports" | grep -vE 'UNASSIGNED-Vk(Semaphore|Queue|Fence)-state-timeout' | grep -q Validation; then
-      fail "the validation layer reported the above"
-    fi
+    run tpar-warm dense.gguf 0,0 tensor GGML_VK_WARM_ALWAYS=1 VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
+        VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
+    for label in tpar tpar-warm; do
+      check_served $label 2
+      reports=$(cat "$dir/$label.out" "$dir/$label.log" | grep -o 'Validation [A-Za-z]*: \[ [A-Za-z0-9_-]* \]' | sort | uniq -c || true)
+      echo "$label: validation layer reports: ${reports:-none}"
+      if echo "$reports" | grep -vE 'UNASSIGNED-Vk(Semaphore|Queue|Fence)-state-timeout' | grep -q Validation; then
+        fail "$label: the validation layer reported the above"
+      fi
+    done
+    grep -qE "ggml-vulkan Vulkan0: [1-9][0-9]* reads of weights recorded" "$dir/tpar-warm.log" ||
+      fail "tpar-warm: no read of weights was recorded"
     ;;
   decode-64)
     # Decode-sized AllReduces one token at a time, 64 of them after the prompt: every
@@ -246,15 +254,21 @@ case "$name" in
     run tpar-threads dense.gguf "$pair" tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
     run tpar-noreplay dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_DISABLE_REPLAY=1
     run tpar-relay dense.gguf "$pair" tensor TPAR_ALGO=relay
+    # the reads of weights beside tpar's kernel (GGML_VK_WARM_ALWAYS=1: recorded where no
+    # AllReduce rides too), in recordings replayed: they change nothing read
+    run tpar-warm dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_WARM_ALWAYS=1
     replay() {  # LABEL: "replayed recorded" of device 0, or nothing
       sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) subgraphs replayed, ([0-9]+) recorded for replay.*/\1 \2/p' "$dir/$1.log"
     }
     threads() { sed -nE 's/.*ggml comm: ([0-9]+) AllReduces enqueued by each device.s thread.*/\1/p' "$dir/$1.log"; }
-    for label in tpar tpar-threads tpar-noreplay tpar-relay; do
+    for label in tpar tpar-threads tpar-noreplay tpar-relay tpar-warm; do
       check_served $label 2
       compare $label ggml --exact
       echo "$label: replayed, recorded for replay: $(replay $label); enqueued by the devices' threads: $(threads $label)"
     done
+    warm=$(sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) reads of weights recorded.*/\1/p' "$dir/tpar-warm.log")
+    echo "tpar-warm: ${warm:-no} reads of weights recorded on device 0"
+    [[ ${warm:-0} -gt 0 ]] || fail "tpar-warm: no read of weights was recorded"
     read -r replayed recorded <<< "$(replay tpar)"
     once=$(sed -nE 's/.*ggml-vulkan Vulkan0: .* ([0-9]+) seen once and recorded as usual.*/\1/p' "$dir/tpar.log")
     echo "tpar: $once subgraphs seen once and recorded as usual"

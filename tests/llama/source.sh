@@ -2,7 +2,8 @@
 # scripts/llama.sh --source DIR --patch-only, as a user with a llama.cpp checkout of their
 # own runs it: on a clean copy of the pinned tree (every patch applies; the files are
 # those that patch -p1 gives the pinned tree; a second run finds the series there and
-# changes nothing; the undo the first run printed gives the files back as they were), on
+# changes nothing; the undo the first run printed, the added files removed as it says, gives
+# the files back as they were), on
 # one with a local change near a patch (applies by a 3-way merge,
 # which the run names, keeping the change), and on one with a local change where a patch
 # changes the same lines (exit 1, the patch named, nothing in the checkout changed).
@@ -45,6 +46,12 @@ echo "== undone as the first run said"
 undo=$(sed -nE 's/.*to undo: (cp -r [^ ]+ [^ ]+) .*/\1/p' "$work/first-run" | head -1)
 [[ -n "$undo" ]] || fail "the first run said no way to undo"
 $undo
+# the files the series added (a shader), removed as the run said
+added=$(sed -nE 's/.*remove what the series added: \(cd ([^ ]+) && rm (.*)\)$/\1 \2/p' "$work/first-run" | head -1)
+if [[ -n "$added" ]]; then
+  read -r dir files <<< "$added"
+  (cd "$dir" && rm $files)
+fi
 [[ "$(sums "$work/clean/llama.cpp")" == "$pristine" ]] || fail "'$undo' did not give back the files as they were"
 
 echo "== a local change two lines from patch 0007's"
