@@ -135,7 +135,9 @@
 #             next costs on the GPU's timeline against a barrier in one command buffer, at
 #             16 KiB and 256 KiB a step (PROBE_STEPS, default 256); probes/eventwait: a
 #             command buffer waiting between two dispatches for an event the host sets
-#             after submission (which the specification forbids: what drivers do)
+#             after submission (which the specification forbids: what drivers do);
+#             probes/l2warm: reading the next weights while a kernel waits, and what
+#             it takes off the product after (32 MiB a step, 7 and 16 us waits)
 #   trace     a decode token's host time (TPAR_TRACE, TPAR_TRACE_GPU=0) for the 8B shapes
 #             at 1, 2 and all GPUs, before and after; and a timeline of a 2-GPU token (the
 #             traces come back in traces.tar.xz; scripts/timeline.py draws them)
@@ -926,6 +928,12 @@ run_probes() {
   if [[ -x "$bin/eventwait" ]]; then
     echo "## PD=0 eventwait 5000" >> "$log"
     PD=0 "$bin/eventwait" 5000 >> "$log" 2>&1 || part_fail "eventwait"
+  fi
+  if [[ -x "$bin/l2warm" ]]; then
+    for w in 7 16; do
+      echo "## PD=0 l2warm 32 $w 64 20" >> "$log"
+      PD=0 "$bin/l2warm" 32 "$w" 64 20 >> "$log" 2>&1 || part_fail "l2warm $w"
+    done
   fi
 }
 

@@ -205,7 +205,7 @@ case "$name" in
     # subgraph's start (GGML_VK_WARM_ALWAYS=1: on lavapipe no AllReduce rides).
     run tpar dense.gguf 0,0 tensor VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
         VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
-    run tpar-warm dense.gguf 0,0 tensor GGML_VK_WARM_ALWAYS=1 VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
+    run tpar-warm dense.gguf 0,0 tensor GGML_VK_WARM_MIB=16 GGML_VK_WARM_ALWAYS=1 VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
         VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
     for label in tpar tpar-warm; do
       check_served $label 2
@@ -256,7 +256,7 @@ case "$name" in
     run tpar-relay dense.gguf "$pair" tensor TPAR_ALGO=relay
     # the reads of weights beside tpar's kernel (GGML_VK_WARM_ALWAYS=1: recorded where no
     # AllReduce rides too), in recordings replayed: they change nothing read
-    run tpar-warm dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_WARM_ALWAYS=1
+    run tpar-warm dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_WARM_MIB=16 GGML_VK_WARM_ALWAYS=1
     replay() {  # LABEL: "replayed recorded" of device 0, or nothing
       sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) subgraphs replayed, ([0-9]+) recorded for replay.*/\1 \2/p' "$dir/$1.log"
     }
