@@ -57,11 +57,13 @@
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
 #             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
 #             (labels tpar4-...), DECODE_ROWS picks the tensor rows (some of
-#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,barrier-start,skip;
-#             default all but relay-t4, ride-off, barrier-start and skip; ride-off:
+#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,barrier-start,nowarm,skip;
+#             default all but relay-t4, ride-off, barrier-start, nowarm and skip; ride-off:
 #             TPAR_RELAY_RIDE=0, the relay's kernels in tpar's own command buffers;
 #             barrier-start: GGML_VK_BARRIER_AT_START=1, each command buffer of
-#             ggml-vulkan's starting with its barrier, as before patch 0017; skip:
+#             ggml-vulkan's starting with its barrier, as before patch 0017; nowarm:
+#             GGML_VK_WARM_MIB=0, no reads of weights beside the riding kernel (as
+#             before patch 0018); skip:
 #             TPAR_GGML_SKIP_ALLREDUCE=1, every AllReduce accepted and not summed, the
 #             token's bound with free boundaries, wrong results), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
@@ -93,7 +95,8 @@
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
 #             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-barrier-start
 #             (ggml-vulkan's command buffers starting with their barrier, as before patch
-#             0017: GGML_VK_BARRIER_AT_START=1),tpar-skip (the
+#             0017: GGML_VK_BARRIER_AT_START=1),tpar-nowarm (no reads of weights
+#             beside the riding kernel, as before patch 0018: GGML_VK_WARM_MIB=0),tpar-skip (the
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
 #             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
@@ -112,7 +115,8 @@
 #             sequences at once (-npp 128 -ntg 128 -npl 1,2,3,4), a server's decode steps
 #             without the server: -sm none on one GPU, -sm tensor with tpar on 2;
 #             BATCHED_ROWS picks the tensor rows (some of auto, relay-tN: TPAR_RELAY_THREADS=N, 1 to 16,
-#             oneshot, barrier-start: GGML_VK_BARRIER_AT_START=1, skip: free boundaries,
+#             oneshot, barrier-start: GGML_VK_BARRIER_AT_START=1, nowarm: GGML_VK_WARM_MIB=0,
+#             skip: free boundaries,
 #             timing only, ggml; default auto,relay-t4,skip),
 #             BATCHED_MODELS some of 8b,8b-q4_k_m (default 8b)
 #   server-steps  llama-server on the 8B shapes, 4 slots: scripts/server_steps.py's
@@ -549,9 +553,10 @@ run_batched() {
         relay-t[1-9] | relay-t1[0-6]) batched_one "tpar-$row-$name" "$m" 2 tensor TPAR_RELAY_THREADS=${row#relay-t} ;;
         oneshot) batched_one "tpar-oneshot-$name" "$m" 2 tensor TPAR_ALGO=oneshot ;;
         barrier-start) batched_one "tpar-barrier-start-$name" "$m" 2 tensor GGML_VK_BARRIER_AT_START=1 ;;
+        nowarm) batched_one "tpar-nowarm-$name" "$m" 2 tensor GGML_VK_WARM_MIB=0 ;;
         skip) batched_one "tpar-skip-$name" "$m" 2 tensor TPAR_GGML_SKIP_ALLREDUCE=1 ;;
         ggml) batched_one "ggml-$name" "$m" 2 tensor GGML_VK_DISABLE_TPAR=1 ;;
-        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t1 to relay-t16, oneshot, barrier-start, skip, ggml)" ;;
+        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t1 to relay-t16, oneshot, barrier-start, nowarm, skip, ggml)" ;;
       esac
     done
     batched_one "none-$name-last" "$m" 1 none
@@ -658,6 +663,8 @@ run_server_mixed() {
         tpar-ride-off) serve_load mixed-tpar-ride-off$p tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
         # ggml-vulkan's command buffers starting with their barrier, as before patch 0017
         tpar-barrier-start) serve_load mixed-tpar-barrier-start$p tensor 2 4 16384 "$load" GGML_VK_BARRIER_AT_START=1 ;;
+        # no reads of weights beside the riding kernel, as before patch 0018
+        tpar-nowarm) serve_load mixed-tpar-nowarm$p tensor 2 4 16384 "$load" GGML_VK_WARM_MIB=0 ;;
         # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
         tpar-skip) serve_load mixed-tpar-skip$p tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
         # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
@@ -687,7 +694,7 @@ run_server_mixed() {
           else
             part_fail "no trace of the mixed steps ($tl)"
           fi ;;
-        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t1 to tpar-relay-t16, tpar-relay256, tpar-ride-off, tpar-barrier-start, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
+        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t1 to tpar-relay-t16, tpar-relay256, tpar-ride-off, tpar-barrier-start, tpar-nowarm, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
       esac
     done
   done
@@ -818,6 +825,8 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   [[ $rows == *,ride-off,* ]] && bench "tpar$k-ride-off-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=0
   # ggml-vulkan's command buffers starting with their barrier, as before patch 0017
   [[ $rows == *,barrier-start,* ]] && bench "tpar$k-barrier-start-$1" "$2" "$k" tensor "$3" GGML_VK_BARRIER_AT_START=1
+  # no reads of weights beside the riding kernel, as before patch 0018
+  [[ $rows == *,nowarm,* ]] && bench "tpar$k-nowarm-$1" "$2" "$k" tensor "$3" GGML_VK_WARM_MIB=0
   # the token's bound: every AllReduce accepted and not summed (wrong results, timing only)
   [[ $rows == *,skip,* ]] && bench "tpar$k-skip-$1" "$2" "$k" tensor "$3" TPAR_GGML_SKIP_ALLREDUCE=1
   # one GPU again: the first run after a model is made can find the GPU cold
