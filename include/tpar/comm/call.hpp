@@ -34,7 +34,9 @@ concept StagingPolicy = requires(const DeviceGroup& group) {
 // before the kernel does), and must neither read the call's span nor write anything the
 // kernel or the host's later commands read, with no barrier of their own: what helps is
 // work whose only effect is on the caches, as reading the weights the next commands
-// read first (docs/design/l2-warm.md). Called once, while the ride records.
+// read first (docs/design/l2-warm.md). Called once, while the ride records. An exception
+// it throws leaves Stream::ride with the kernel recorded into the host's command buffer
+// and the call still waiting: the host must not submit that command buffer then.
 using RideBeside = std::function<void(vk::CommandBuffer)>;
 
 struct AllreduceArgs {
