@@ -139,7 +139,8 @@ class Stream {
   // command buffer. Throws Error where recording failed (the call goes out then too).
   // `beside`: commands of the host's recorded right after the kernel, before the barrier
   // that makes the sum visible, so the GPU runs them while the kernel waits for the sum;
-  // called only where the call rides (RideBeside says what they may do).
+  // called only where the call rides (RideBeside says what they may do, and what an
+  // exception from them leaves).
   std::uint64_t ride(vk::CommandBuffer cb, bool keep, bool ordered = false, const RideBeside& beside = {}) {
     std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool, const RideBeside&)> record;
     {
