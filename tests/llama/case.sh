@@ -182,6 +182,7 @@ case "$name" in
     # A group tpar must refuse: its hook logs why at init and ggml's own AllReduce gives the
     # same answers as without the hook. On lavapipe, NativeImport asked for where it
     # cannot run (no exportable semaphores); everywhere, a TPAR_SYNC value that is no sync.
+    # And a GGML_VK_WARM_MIB that is no amount, which ggml-vulkan names and ignores.
     run ggml dense.gguf 0,0 tensor GGML_VK_DISABLE_TPAR=1
     refusals=("badvalue:TPAR_SYNC=sideways")
     [[ "${TPAR_TEST_DEVICES:-}" == gpus ]] || refusals+=("native:TPAR_SYNC=native")
@@ -192,6 +193,13 @@ case "$name" in
       ! grep -q "AllReduces on the GPUs" "$dir/$label.log" || fail "$label: tpar served calls it should have refused"
       compare "$label" ggml --exact
     done
+    # A GGML_VK_WARM_MIB that is no amount: named in a warning and ignored (the default
+    # stays); tpar serves the calls as always
+    run warm-bad dense.gguf 0,0 tensor TPAR_WIRE=f32 GGML_VK_WARM_MIB=lots GGML_VK_WARM_ALWAYS=1
+    check_served warm-bad 2
+    grep -q "GGML_VK_WARM_MIB=lots is not a whole number of MiB from 0 to 1024: ignored" "$dir/warm-bad.log" ||
+      fail "warm-bad: the bad GGML_VK_WARM_MIB was not named"
+    compare warm-bad ggml --exact
     ;;
   validation)
     # The ordering between ggml-vulkan's own work and tpar's, checked by the Khronos
