@@ -542,7 +542,7 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
   c.max_bytes = 64 << 10;
   c.queue_waits = 0b010;  // device 1 waits at its queue
   // One thread summing one value a step, one with the vector loop, and helpers: a call of
-  // several chunks (2048 values) is cut into parts of whole chunks, one a thread.
+  // several grains (512 values) is cut into parts of whole grains, one a thread.
   struct Way {
     bool scalar;
     std::uint32_t threads;
@@ -573,7 +573,7 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
         const auto stamp = static_cast<std::uint32_t>(seq);
         for (std::size_t d = 0; d < 3; ++d) CHECK(r.hub->slot_words(d, parity)[layout::seq] == stamp);
         r.hub->submitted(seq);
-        const std::size_t parts = std::min<std::size_t>(way.threads, std::max<std::size_t>(1, count / 2048));
+        const std::size_t parts = std::min<std::size_t>(way.threads, std::max<std::size_t>(1, count / 512));
         CHECK(r.hub->parts_for(count) == parts);
         split += parts > 1;
         // The devices arrive one after another, in pieces, while the threads wait.
@@ -600,7 +600,7 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
       }
     CHECK(eventually([&] { return r.hub->stats().calls == 16; }));
     CHECK(r.hub->stats().split_calls == split);
-    CHECK(split == (way.threads > 1 ? 8u : 0u));
+    CHECK(split == (way.threads > 1 ? 12u : 0u));  // 2049, 6000 and 16384 values, in each pattern
     CHECK(r.failed() == 0);
   }
 }
@@ -827,7 +827,7 @@ void check_relay(VkEnv& env, Communicator<ProxyBridge>& comm, std::size_t count,
 
 TEST_CASE("relay on 1 to 8 devices: exact, identical, the f32 sum in device order, for many sizes") {
   // The default threads (2), and one and five on two and three devices: a call is served
-  // in parts of whole chunks (2048 values), the sums bit-identical whatever the parts.
+  // in parts of whole grains (512 values), the sums bit-identical whatever the parts.
   struct Case {
     std::uint32_t n, threads;
   };
@@ -843,11 +843,12 @@ TEST_CASE("relay on 1 to 8 devices: exact, identical, the f32 sum in device orde
     for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{511}, std::size_t{513}, std::size_t{4096},
                               std::size_t{10000}, std::size_t{16384}, std::size_t{65536}}) {
       check_relay(env, comm, count, all, 100 + count + k.n);
-      split += 2 * (k.threads > 1 && count >= 4096);
+      split += 2 * (k.threads > 1 && count >= 1024);
     }
     check_relay(env, comm, 3000, all & ~1u, 7);
     check_relay(env, comm, 3000, 1u << (k.n - 1), 8);
     check_relay(env, comm, 3000, 0, 9);
+    split += 3 * 2 * (k.threads > 1);  // 3000 values: five grains
     CHECK(comm.relay_stats().calls == 2 * (8 + 3));
     CHECK(comm.relay_stats().split_calls == split);
   }

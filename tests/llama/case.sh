@@ -99,8 +99,8 @@ case "$name" in
     compare tpar ggml --exact          # both sum two f32 values: a + b == b + a
     compare tpar none $bound_vs_none
     compare ggml none $bound_vs_none
-    # Steps of 32 and 64 tokens make relay calls of 8192 and 16384 values, four and eight
-    # chunks: served in parts by the relay's host threads (TPAR_RELAY_THREADS=4), and by
+    # Steps of 32 and 64 tokens make relay calls of 8192 and 16384 values, 16 and 32
+    # grains of 512: served in parts by the relay's host threads (TPAR_RELAY_THREADS=4), and by
     # one thread, the same logits as OneShot's f32 sum (equal to ggml's AllReduce above;
     # ggml's own, on two lavapipe devices, crashes in the driver on these steps).
     RUN_ARGS="-n 8 --batch-at 2:32,5:64" run tpar-steps dense.gguf "$pair" tensor TPAR_ALGO=oneshot TPAR_WIRE=f32

@@ -92,8 +92,8 @@ struct Options {
   // the loop of before, kept to compare: tpar-bench, tests). The sums are bit-identical.
   // TPAR_RELAY_SUM=vector|scalar.
   bool relay_scalar_sum = false;
-  // Host threads that serve a relay call together: a call of at least two chunks (2048
-  // values each) is cut into up to this many parts of whole chunks, each thread reading
+  // Host threads that serve a relay call together: a call of at least two grains (512
+  // values each) is cut into up to this many parts of whole grains, each thread reading
   // its part's values from every device, summing them in device order and writing the
   // part into every device's slot (the sums are bit-identical to one thread's). The
   // host's reading of the devices' published values is most of a 16-64 KiB call's time
