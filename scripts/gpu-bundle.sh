@@ -85,8 +85,8 @@ else
   fi
 fi
 pack "$build/examples/tpar-bench"
-# probes/cbgap, probes/eventwait and probes/l2warm for gpu-suite.sh's part probes (standalone programs on the C API)
-for probe in cbgap eventwait l2warm; do
+# probes/cbgap, probes/eventwait, probes/l2warm and probes/sysread for gpu-suite.sh's part probes (standalone programs on the C API)
+for probe in cbgap eventwait l2warm sysread; do
   g++ -O2 -std=c++17 -o "$build/$probe" "$root/probes/$probe/$probe.cpp" -lvulkan || { say "building probes/$probe failed"; exit 1; }
   pack "$build/$probe"
 done
