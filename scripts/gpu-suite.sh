@@ -39,8 +39,9 @@
 #             MOVE_TREES=new times the bundle's tree alone, without bin-old)
 #   decode    a token's AllReduce boundary, each decode path side by side in one run: the
 #             chain (tpar-bench --chain 64, 58 MiB of weights a step, wiring streams) at
-#             4/16/64 KiB with OneShot, the relay (its default threads), the relay with
-#             TPAR_RELAY_THREADS=1 and =4, and with TPAR_STREAM_HOLD=1; then llama-bench
+#             4/16/64 KiB with OneShot, the relay (its default threads: half the host's
+#             hardware threads, 2 to 8), the relay with TPAR_RELAY_THREADS=1 and =4, and
+#             with TPAR_STREAM_HOLD=1; then llama-bench
 #             decode with -sm none on one GPU (first and last) and -sm tensor with tpar on
 #             2 (the automatic choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay, the relay with
 #             TPAR_RELAY_THREADS=1, and with TPAR_STREAM_HOLD=1, each call its own
@@ -49,7 +50,8 @@
 #             32-layer, 256-wide model (tg64). DECODE_MODELS picks some of
 #             8b,8b-d8192,8b-q4_k_m,70b20,tiny (default all), DECODE_CHAIN=0 leaves the
 #             chain out, DECODE_CHAIN_ROWS picks its rows (some of oneshot,relay,relay-t1,
-#             relay-t4,relay-hold1,relay-ride,relay-ride-ordered; default all but the last
+#             relay-t2,relay-t4,relay-t8,relay-hold1,relay-ride,relay-ride-ordered; default
+#             oneshot,relay,relay-t1,relay-t4,relay-hold1: all but the t2, t8 and the last
 #             two: the relay riding in each step's command buffer, --chain-wiring ride, and
 #             with no barrier before its kernel, ride-ordered), DECODE_SIZES sets its sizes (default 4K,16K,64K; 4K,16K,32K,48K,64K
 #             finds the relay's crossover with OneShot; DECODE_RELAY_MAX=256K lets the
@@ -57,8 +59,8 @@
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
 #             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
 #             (labels tpar4-...), DECODE_ROWS picks the tensor rows (some of
-#             auto,oneshot,relay,relay-t1,relay-t4,relay-hold1,ride-off,barrier-start,nowarm,skip;
-#             default all but relay-t4, ride-off, barrier-start, nowarm and skip; ride-off:
+#             auto,oneshot,relay,relay-t1,relay-t2,relay-t4,relay-t8,relay-hold1,ride-off,barrier-start,nowarm,skip;
+#             default all but relay-t2, relay-t4, relay-t8, ride-off, barrier-start, nowarm and skip; ride-off:
 #             TPAR_RELAY_RIDE=0, the relay's kernels in tpar's own command buffers;
 #             barrier-start: GGML_VK_BARRIER_AT_START=1, each command buffer of
 #             ggml-vulkan's starting with its barrier, as before patch 0017; nowarm:
@@ -820,8 +822,10 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   [[ $rows == *,auto,* ]] && bench "tpar$k-auto-$1" "$2" "$k" tensor "$3"
   [[ $rows == *,oneshot,* ]] && bench "tpar$k-oneshot-$1" "$2" "$k" tensor "$3" TPAR_ALGO=oneshot
   [[ $rows == *,relay,* ]] && bench "tpar$k-relay-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay
-  [[ $rows == *,relay-t1,* ]] && bench "tpar$k-relay-t1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=1
-  [[ $rows == *,relay-t4,* ]] && bench "tpar$k-relay-t4-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=4
+  local t
+  for t in 1 2 4 8; do
+    [[ $rows == *,relay-t$t,* ]] && bench "tpar$k-relay-t$t-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_RELAY_THREADS=$t
+  done
   [[ $rows == *,relay-hold1,* ]] && bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
   # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
   [[ $rows == *,ride-off,* ]] && bench "tpar$k-ride-off-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=0
@@ -839,13 +843,12 @@ run_decode() {
   say "part decode"
   if [[ ${DECODE_CHAIN:-1} != 0 ]]; then
     local row how chain_rows=,${DECODE_CHAIN_ROWS:-oneshot,relay,relay-t1,relay-t4,relay-hold1},
-    for row in oneshot relay relay-t1 relay-t4 relay-hold1 relay-ride relay-ride-ordered; do
+    for row in oneshot relay relay-t1 relay-t2 relay-t4 relay-t8 relay-hold1 relay-ride relay-ride-ordered; do
       [[ $chain_rows == *,$row,* ]] || continue
-      local hold=16 threads=2 wiring=streams how=relay
+      local hold=16 threads=auto wiring=streams how=relay
       case $row in
         oneshot) how=oneshot ;;
-        relay-t1) threads=1 ;;
-        relay-t4) threads=4 ;;
+        relay-t[1-8]) threads=${row#relay-t} ;;
         relay-hold1) hold=1 ;;
         relay-ride) wiring=ride ;;
         relay-ride-ordered) wiring=ride-ordered ;;
