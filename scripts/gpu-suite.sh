@@ -130,8 +130,11 @@
 #             MODE-trace (the host's spans of 8 steps from STEPS_TRACE_SKIP, default 990;
 #             traces-steps.tar.xz)
 #   mixed     a group of two drivers, the first GPU beside llvmpipe (the bundle of
-#             gpu-bundle.sh --mixed): tpar-info, the numerics test (every result identical
-#             on both devices) and tpar-bench --soak 240 over the pair
+#             gpu-bundle.sh --mixed, or any bundle with lvp.tar.xz from
+#             scripts/lavapipe-pack.sh added): tpar-info, the numerics test (every result
+#             identical on both devices), where the bundle has llama.cpp's programs the
+#             llama.cpp cases dense-2 and uneven-split over the pair, and tpar-bench --soak
+#             MIXED_SOAK seconds (default 240) over the pair
 #   relay-probe  where the relay stalls: soaks of relay calls (larger ones go as the
 #             automatic choice; --soak-timeout 3, RELAY_SOAK seconds each, default 40) on
 #             two GPUs as they are, with relay calls only, one call in flight, downloads on
@@ -772,11 +775,28 @@ run_mixed() {
     export VK_DRIVER_FILES="${VK_DRIVER_FILES:+$VK_DRIVER_FILES:}/tmp/tpar-lvp/lvp_icd.json"
     echo "## tpar-info --devices 0,1 (VK_DRIVER_FILES=$VK_DRIVER_FILES)" >> "$log"
     "$bin/tpar-info" --devices 0,1 >> "$log" 2>&1 || part_fail "tpar-info over the pair"
+    # numerics: in bin/ in gpu-bundle.sh --mixed's bundle, in tests/ in the full one
+    local numerics=$bin/numerics
+    [[ -x $numerics ]] || numerics=$bin/tests/numerics
     echo "## TPAR_TEST_DEVICES=all TPAR_TEST_NO_VALIDATION=1 numerics" >> "$log"
-    TPAR_TEST_DEVICES=all TPAR_TEST_NO_VALIDATION=1 "$bin/numerics" --no-version > "$out/numerics.tmp" 2>&1 || part_fail "numerics over the pair"
+    TPAR_TEST_DEVICES=all TPAR_TEST_NO_VALIDATION=1 "$numerics" --no-version > "$out/numerics.tmp" 2>&1 || part_fail "numerics over the pair"
     grep -E "MESSAGE|SKIP|ERROR|FAILED|test cases|assertions" "$out/numerics.tmp" | tail -20 >> "$log"
-    echo "## tpar-bench --devices 0,1 --soak 240" >> "$log"
-    "$bin/tpar-bench" --devices 0,1 --soak 240 -q >> "$log" 2>&1 || part_fail "soak over the pair"
+    if [[ -x "$bin/tpar-llama-logits" ]]; then
+      # llama.cpp's -sm tensor over the GPU and llvmpipe (GGML_VK_VISIBLE_DEVICES=0,1):
+      # every AllReduce served by tpar, logits equal to ggml's own; uneven-split gives the
+      # GPU three quarters of every layer, as a user of a mixed pair would.
+      local dense c
+      dense=$(model tiny --preset tiny) || return
+      mkdir -p "$models/cases" && cp "$dense" "$models/cases/dense.gguf"
+      for c in dense-2 uneven-split; do
+        echo "## case $c on devices 0,1 (the GPU and llvmpipe)" >> "$log"
+        BIN=$bin MODELS=$models/cases WORK=/tmp/tpar-cases TPAR_LLAMA_PAIR=0,1 TPAR_TEST_DEVICES=all \
+          "$root/tests/llama/case.sh" "$c" > "$out/case.tmp" 2>&1 || part_fail "case $c over the pair"
+        grep -vE "^(tpar info: ggml comm: AllReduce over|run: )" "$out/case.tmp" | tail -25 >> "$log"
+      done
+    fi
+    echo "## tpar-bench --devices 0,1 --soak ${MIXED_SOAK:-240}" >> "$log"
+    "$bin/tpar-bench" --devices 0,1 --soak "${MIXED_SOAK:-240}" -q >> "$log" 2>&1 || part_fail "soak over the pair"
   ) || true
 }
 
