@@ -79,9 +79,17 @@ class Soak {
 
   // Runs until the time is up; the exit status.
   int run() {
-    const tpar::Device& first = (*slots_[max_devices_].group)[0];
-    const std::string devices = "1 to " + std::to_string(max_devices_) + " device" + (max_devices_ == 1 ? "" : "s") + " (" +
-                                first.capabilities().name + (first.is_virtual() ? ", virtual" : "") + ")";
+    // Every kind of device the soak opens, in order: a group of two drivers names both.
+    const tpar::DeviceGroup& all = *slots_[max_devices_].group;
+    std::vector<std::string> kinds;
+    for (std::size_t d = 0; d < all.size(); ++d) {
+      std::string k = all[d].capabilities().name + (all[d].is_virtual() ? ", virtual" : "");
+      if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(std::move(k));
+    }
+    std::string names;
+    for (const std::string& k : kinds) names += (names.empty() ? "" : "; ") + k;
+    const std::string devices =
+        "1 to " + std::to_string(max_devices_) + " device" + (max_devices_ == 1 ? "" : "s") + " (" + names + ")";
     // Always on stderr, -q or not: a run that dies halfway still leaves its seed.
     std::fprintf(stderr, "%s: soak for %g s on %s, seed %llu (--seed %llu repeats these calls)\n", program.c_str(),
                  cfg_.soak_seconds, devices.c_str(), static_cast<unsigned long long>(seed_),
