@@ -39,9 +39,8 @@
 #             MOVE_TREES=new times the bundle's tree alone, without bin-old)
 #   decode    a token's AllReduce boundary, each decode path side by side in one run: the
 #             chain (tpar-bench --chain 64, 58 MiB of weights a step, wiring streams) at
-#             4/16/64 KiB with OneShot, the relay (its default threads: half the host's
-#             hardware threads, 2 to 8), the relay with TPAR_RELAY_THREADS=1 and =4, and
-#             with TPAR_STREAM_HOLD=1; then llama-bench
+#             4/16/64 KiB with OneShot, the relay (its default two threads), the relay with
+#             TPAR_RELAY_THREADS=1 and =4, and with TPAR_STREAM_HOLD=1; then llama-bench
 #             decode with -sm none on one GPU (first and last) and -sm tensor with tpar on
 #             2 (the automatic choice, TPAR_ALGO=oneshot, TPAR_ALGO=relay, the relay with
 #             TPAR_RELAY_THREADS=1, and with TPAR_STREAM_HOLD=1, each call its own
@@ -865,7 +864,7 @@ run_decode() {
     local row how chain_rows=,${DECODE_CHAIN_ROWS:-oneshot,relay,relay-t1,relay-t4,relay-hold1},
     for row in oneshot relay relay-t1 relay-t2 relay-t4 relay-t8 relay-hold1 relay-ride relay-ride-ordered; do
       [[ $chain_rows == *,$row,* ]] || continue
-      local hold=16 threads=auto wiring=streams how=relay
+      local hold=16 threads=2 wiring=streams how=relay
       case $row in
         oneshot) how=oneshot ;;
         relay-t[1-8]) threads=${row#relay-t} ;;

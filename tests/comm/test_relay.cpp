@@ -1287,7 +1287,7 @@ TEST_CASE("relay: bad relay options are refused") {
   Options o = relay_options();
   o.relay_host_peers = 31;
   CHECK(code_of([&] { Communicator<ProxyBridge> comm(env.group(), o); }) == ErrorCode::invalid_argument);
-  for (std::uint32_t bad : {17u, 1000u}) {
+  for (std::uint32_t bad : {0u, 17u}) {
     CAPTURE(bad);
     Options t = relay_options();
     t.relay_threads = bad;

@@ -4,12 +4,10 @@
 #include <tpar/detail/wire_codec.hpp>
 #include <tpar/staging/capacity.hpp>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <random>
-#include <thread>
 
 using namespace tpar;
 
@@ -72,27 +70,15 @@ TEST_CASE("environment overrides are parsed and unknown values rejected with the
   ::setenv("TPAR_STREAM_HOLD", "", 1);  // empty: unset
   CHECK(Options{}.with_environment().stream_hold == 16);
   ::unsetenv("TPAR_STREAM_HOLD");
-  // Automatic by default: half the hardware threads, from 2 to 8.
-  CHECK(Options{}.with_environment().relay_threads == 0);
-  const std::uint32_t hw = std::thread::hardware_concurrency();
-  CHECK(Options{}.relay_thread_count() == std::clamp<std::uint32_t>(hw / 2, 2, 8));
-  CHECK(Options{}.relay_thread_count() >= 2);
-  CHECK(Options{}.relay_thread_count() <= 8);
-  Options three;
-  three.relay_threads = 3;
-  CHECK(three.relay_thread_count() == 3);
-  ::setenv("TPAR_RELAY_THREADS", "auto", 1);
-  Options five;
-  five.relay_threads = 5;
-  CHECK(five.with_environment().relay_threads == 0);
+  CHECK(Options{}.with_environment().relay_threads == 2);
   ::setenv("TPAR_RELAY_THREADS", "1", 1);
   CHECK(Options{}.with_environment().relay_threads == 1);
   ::setenv("TPAR_RELAY_THREADS", "16", 1);
   CHECK(Options{}.with_environment().relay_threads == 16);
-  for (const char* bad : {"0", "17", "-1", "2x", " 2", "all", "Auto"}) {
+  for (const char* bad : {"0", "17", "-1", "2x", " 2", "all"}) {
     CAPTURE(bad);
     ::setenv("TPAR_RELAY_THREADS", bad, 1);
-    refused("auto or 1 to 16");
+    refused("1 to 16");
   }
   ::unsetenv("TPAR_RELAY_THREADS");
   CHECK(Options{}.with_environment().relay_ride);

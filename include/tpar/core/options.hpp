@@ -15,7 +15,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 
 namespace tpar::inline v0 {
 
@@ -99,10 +98,11 @@ struct Options {
   // part into every device's slot (the sums are bit-identical to one thread's). The
   // host's reading of the devices' published values is most of a 16-64 KiB call's time
   // (docs/design/relay-threads.md); each thread spins only while relay calls are in
-  // flight. 0 (the default): half the host's hardware threads, from 2 to 8
-  // (relay_thread_count()): eight threads took 4 us off a 16 KiB boundary on an H200 host
-  // (docs/design/relay-grain.md). TPAR_RELAY_THREADS=auto|1..16; 1 is the one thread of before.
-  std::uint32_t relay_threads = 0;
+  // flight, so while a GPU decodes each costs about a host core: eight took 4 us off a 16
+  // KiB boundary in the chain on one H200 and cost some 4.6 cores more than two in
+  // llama-bench's decode (docs/design/relay-grain.md). TPAR_RELAY_THREADS=1..16; 1 is the
+  // one thread of before.
+  std::uint32_t relay_threads = 2;
   // tpar::StreamAllreduce: the most AllReduces whose batches wait on no other device (the
   // relay's) every device's stream holds with the host's work before they go out
   // together; fewer while a GPU may run dry. Every vkQueueSubmit ends a batch, and on
@@ -159,12 +159,6 @@ struct Options {
   }
   // The most slot sets any generation gets (what the relay's slots are sized for).
   std::uint32_t max_slot_sets() const { return depth ? depth : max_depth; }
-  // The relay's threads: relay_threads, or where it is 0 half the host's hardware threads,
-  // from 2 to 8.
-  std::uint32_t relay_thread_count() const {
-    if (relay_threads) return relay_threads;
-    return std::clamp<std::uint32_t>(std::thread::hardware_concurrency() / 2, 2, 8);
-  }
 
   Wire wire_for(std::size_t payload_bytes) const {
     if (wire) return *wire;
@@ -251,12 +245,9 @@ inline Options Options::with_environment() const {
     const std::string_view s(v);
     char* end = nullptr;
     const unsigned long t = std::strtoul(v, &end, 10);
-    if (s == "auto")
-      o.relay_threads = 0;
-    else if (*end || t < 1 || t > max_relay_threads || !std::isdigit(static_cast<unsigned char>(s[0])))
-      detail::bad_env("TPAR_RELAY_THREADS", s, "auto or 1 to " + std::to_string(max_relay_threads));
-    else
-      o.relay_threads = static_cast<std::uint32_t>(t);
+    if (*end || t < 1 || t > max_relay_threads || !std::isdigit(static_cast<unsigned char>(s[0])))
+      detail::bad_env("TPAR_RELAY_THREADS", s, "1 to " + std::to_string(max_relay_threads));
+    o.relay_threads = static_cast<std::uint32_t>(t);
   }
   if (const char* v = detail::env_value("TPAR_STREAM_HOLD")) {
     const std::string_view s(v);

@@ -268,7 +268,7 @@ class GgmlComm {
         // flag in every slot (reading the values as they come, summing, writing)
         log(LogLevel::info, "ggml comm: the relay served " + std::to_string(r.calls) + " AllReduces, " +
                                 std::to_string(r.split_calls) + " of them in parts by several host threads (TPAR_RELAY_THREADS=" +
-                                std::to_string(comm_->options().relay_thread_count()) + "); a call took its threads " +
+                                std::to_string(comm_->options().relay_threads) + "); a call took its threads " +
                                 tpar::detail::mean_us(r.serving, r.calls) + " us from every device's first values to the sum in every slot");
         if (r.timed_arrivals) log(LogLevel::info, "ggml comm: " + relay_arrivals(r));
         log(LogLevel::info, "ggml comm: " + relay_wakeups(r));

@@ -163,7 +163,7 @@ class RelayHub {
     std::uint32_t queue_waits = 0;         // bit d: device d's queue waits on release(d)
     std::uint64_t first_sequence = 1;      // tests start near a stamp wrap
     bool scalar_sum = false;               // Options::relay_scalar_sum
-    std::uint32_t threads = 1;             // Options::relay_thread_count(): the thread and its helpers
+    std::uint32_t threads = 1;             // Options::relay_threads: the thread and its helpers
     std::uint32_t sites = 0;               // ride sites a device (words after the slot sets)
   };
 
@@ -221,11 +221,10 @@ class RelayHub {
 
   std::size_t max_count() const { return config_.max_bytes / sizeof(float); }
 
-  // Throws Error(invalid_argument) for a thread count outside 1..max_relay_threads (0, automatic,
-  // is resolved before: Options::relay_thread_count()).
+  // Throws Error(invalid_argument) for a thread count outside 1..max_relay_threads.
   static void check_threads(std::uint32_t threads) {
     if (threads < 1 || threads > max_relay_threads)
-      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(threads) + " is out of range: use 0 (automatic) or 1 to " +
+      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(threads) + " is out of range: use 1 to " +
                                                    std::to_string(max_relay_threads));
   }
 
@@ -873,8 +872,8 @@ struct RelaySetup {
     r.config.timeout = options.timeout;
     r.config.queue_waits = r.gate.queue_waits;
     r.config.scalar_sum = options.relay_scalar_sum;
-    r.config.threads = options.relay_thread_count();
-    RelayHub::check_threads(r.config.threads);  // refused at creation, not at the first relay call
+    RelayHub::check_threads(options.relay_threads);  // refused at creation, not at the first relay call
+    r.config.threads = options.relay_threads;
     r.config.sites = options.relay_ride ? 1024 : 0;
     return r;
   }
