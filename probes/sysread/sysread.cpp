@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
   if (argc > 4 && !wide) { fprintf(stderr, "sysread: groups apply to the wide modes only\n"); return 2; }
   if (wide && (nwords == 0 || nwords % (4 * groups))) { fprintf(stderr, "sysread: payload_words must be a positive multiple of 4 x groups (%u)\n", 4 * groups); return 2; }
   const uint32_t regions = fresh ? rounds + 1 : 1;
+  if (4ull * std::max<uint32_t>(nwords, 64) * regions > (4ull << 30)) {
+    fprintf(stderr, "sysread: %s reads a new address every round: rounds x payload_words x 4 bytes must stay within 4 GiB\n", mode.c_str());
+    return 2;
+  }
   const bool import = !(getenv("SYSREAD_MEMORY") && !strcmp(getenv("SYSREAD_MEMORY"), "driver"));
 
   VkApplicationInfo ai{VK_STRUCTURE_TYPE_APPLICATION_INFO}; ai.apiVersion = VK_API_VERSION_1_2;
@@ -122,6 +126,7 @@ int main(int argc, char** argv) {
     int t;
     if (imp) {
       void* host = aligned_alloc(65536, size);
+      if (!host) { printf("no host memory for the %s (%llu bytes)\n", what, (unsigned long long)size); exit(1); }
       memset(host, 0, size);
       VkMemoryHostPointerPropertiesEXT hpp{VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
       CK(getHostPtrProps(d, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, host, &hpp));
