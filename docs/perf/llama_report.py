@@ -67,6 +67,9 @@ MIXED_Y2 = "server-mixed-layer-h200x2-779f435.txt"
 # machine: the cases and the servers with and without it (LLAMA_KV_GAPS_DISABLE=1), twice; batched decode and free
 # boundaries; two more passes
 MIXED_Z1 = "server-mixed-gaps-h200x2-489628b.txt"
+# run Z2: the eighteen patches and the relay's parts of 512 values, three commands back to back on one machine: one
+# GPU, tpar and tpar with eight relay threads; the reverse order with -sm layer; two more passes of one GPU and tpar
+MIXED_Z2 = "server-mixed-h200x2-a426dfb.txt"
 DECODE = "decode-h200x2-1fcf991.txt"
 DECODE4 = "decode-h200x4-2cbede6.txt"
 MIXED_BEFORE = "server-mixed-h200x2-5548578.txt"
@@ -160,6 +163,10 @@ def render_first():
             z_passes.append({k[:-3]: v for k, v in runs.items() if k.endswith("-p2")})
     z_rates = [p["mixed-none"][3] / p["mixed-tpar"][3] for p in z_passes]
     z_layer = min(p["mixed-none"][3] / p["mixed-layer"][3] for p in z_passes if "mixed-layer" in p)
+    z2_passes, z2_st = mixed_z2()
+    z2_rates = [p["mixed-none"][3] / p["mixed-tpar"][3] for p in z2_passes]
+    z2_all = sum(p["mixed-none"][3] for p in z2_passes) / sum(p["mixed-tpar"][3] for p in z2_passes)
+    z2_layer = min(p["mixed-none"][3] / p["mixed-layer"][3] for p in z2_passes if "mixed-layer" in p)
     server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
               f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
               f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
@@ -170,7 +177,9 @@ def render_first():
               f"anew at every prompt; runs Y1 and Y2, {y1_st['date']}, four passes on two machines) "
               + ", ".join(f"{r:.2f}x" for r in y_rates) + f"; with the sixteen patches of run Z1 ({z_st['date']}, six "
               f"passes on one machine; patch 0016 keeps a step's slots in one ubatch whatever their KV streams) "
-              + ", ".join(f"{r:.2f}x" for r in z_rates) + f", and {z_layer:.2f}x for `-sm layer` "
+              + ", ".join(f"{r:.2f}x" for r in z_rates) + f", and {z_layer:.2f}x for `-sm layer`; with the eighteen "
+              f"patches of run Z2 ({z2_st['date']}, tree {z2_st['tree']}, four passes on one machine) "
+              + ", ".join(f"{r:.2f}x" for r in z2_rates) + f", {z2_all:.2f}x in all, and {z2_layer:.2f}x for `-sm layer` "
               f"(the runs between: PERFORMANCE.md).")
     t4 = decode_report.read(DECODE4)
     b4 = decode_report.benches(t4)
@@ -207,8 +216,8 @@ def render_first():
                f"({span(min(v[1] for v in small), max(v[1] for v in small))}; the decode-only rows of the same run: "
                f"{span(min(now['8b']['auto'], now['8b-q4_k_m']['auto']), max(now['8b']['auto'], now['8b-q4_k_m']['auto']))}; "
                f"on four GPUs {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server under mixed traffic serves "
-               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate in that run ({span(min(z_rates), max(z_rates))} with "
-               f"the sixteen patches of run Z1; the target is 1.2x). "
+               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate in that run ({span(min(z2_rates), max(z2_rates))} "
+               f"with the eighteen patches of run Z2, {z2_all:.2f}x in all; the target is 1.2x). "
                f"With the AllReduce skipped (timing only) two GPUs decode "
                f"the 8B shapes at {bound_8b:.2f}x one GPU in the same run: the rest of the gap is the AllReduce's cost inside "
                f"the token, and the gap from there to 2x is each GPU's own share, which at 8B sizes is set by ggml's "
@@ -257,6 +266,7 @@ def render():
     blocks.update(render_mixed_y0())
     blocks.update(render_mixed_y1())
     blocks.update(render_mixed_z1())
+    blocks.update(render_mixed_z2())
     return blocks
 
 
@@ -755,6 +765,72 @@ def mixed_z1():
     if len(sections) != 5 or len({decode_report.stamp(t)["tree"] for t in sections}) != 1:
         raise ValueError(f"{MIXED_Z1}: five commands of one bundle expected")
     return [(t, {l: x for l, seed, x in mixed_runs(t) if seed == 1}) for t in sections], decode_report.stamp(text)
+
+
+def mixed_z2():
+    """Run Z2's passes: [{label: (answered, asked, tokens, seconds, t/s)}] (the third command's second pass apart),
+    and the stamp."""
+    text = decode_report.read(MIXED_Z2)
+    sections = ["# tpar gpu-suite:" + t for t in text.split("# tpar gpu-suite:")[1:]]
+    if len(sections) != 3 or len({decode_report.stamp(t)["tree"] for t in sections}) != 1:
+        raise ValueError(f"{MIXED_Z2}: three commands of one bundle expected")
+    passes = []
+    for t in sections:
+        runs = {l: x for l, seed, x in mixed_runs(t) if seed == 1}
+        passes.append({k: v for k, v in runs.items() if not k.endswith("-p2")})
+        if "mixed-none-p2" in runs:
+            passes.append({k[:-3]: v for k, v in runs.items() if k.endswith("-p2")})
+    return passes, decode_report.stamp(text)
+
+
+def render_mixed_z2():
+    """Run Z2: the eighteen patches, four passes of one GPU and tpar over one machine, eight relay threads and
+    `-sm layer` beside."""
+    passes, st = mixed_z2()
+    names = [("mixed-none", "`-sm none`, one GPU"), ("mixed-tpar", "`-sm tensor`, tpar (defaults)"),
+             ("mixed-tpar-relay-t8", "tpar, eight relay threads (`TPAR_RELAY_THREADS=8`)"),
+             ("mixed-layer", "`-sm layer`, 2 GPUs")]
+    table, answered, asked = mixed_passes_table(
+        names, [[(p, p["mixed-none"][3])] for p in passes],
+        heads=("first command: seconds for the 16 rounds (against one GPU's), tokens",
+               "second (the reverse order, and `-sm layer`)", "third (`tpar,none`)",
+               "third, second pass (`none,tpar`)"))
+    head = (f"Run Z2: {st['n']} × {st['gpu']} (driver {st['driver']}), {st['date']}, tree {st['tree']} (llama.cpp with "
+            f"the eighteen patches: 0017 ends each command buffer with its barrier, 0018 reads the next weights beside "
+            f"the relay's wait; the relay's calls cut into parts of 512 values), three commands back to back on one "
+            f"machine; the server and traffic of Z1, each server answering five untimed warm-up requests first. "
+            f"`MIXED_MODES=none,tpar,tpar-relay-t8 scripts/gpu-suite.sh env server-mixed`, then "
+            f"`MIXED_MODES=tpar-relay-t8,tpar,none,layer`, then `MIXED_MODES=tpar,none MIXED_PASSES=2`. "
+            f"Raw: [perf/raw/{MIXED_Z2}](perf/raw/{MIXED_Z2}).")
+    ratios = [p["mixed-tpar"][3] / p["mixed-none"][3] for p in passes]
+    total = sum(p["mixed-tpar"][3] for p in passes) / sum(p["mixed-none"][3] for p in passes)
+    t8 = [p["mixed-tpar-relay-t8"][3] / p["mixed-none"][3] for p in passes if "mixed-tpar-relay-t8" in p]
+    layer = [(i, p["mixed-layer"][3] / p["mixed-none"][3]) for i, p in enumerate(passes) if "mixed-layer" in p]
+    met = sum(r <= 0.83 for r in ratios)
+    z1_cmds, _ = mixed_z1()
+    z1 = []
+    for _, runs in z1_cmds:
+        z1.append({k: v for k, v in runs.items() if not k.endswith("-p2")})
+        if "mixed-none-p2" in runs:
+            z1.append({k[:-3]: v for k, v in runs.items() if k.endswith("-p2")})
+    z1_total = sum(p["mixed-tpar"][3] for p in z1) / sum(p["mixed-none"][3] for p in z1)
+    default_t8 = [q for q, p in zip(ratios, passes) if "mixed-tpar-relay-t8" in p]
+    faster = sum(a < b for a, b in zip(t8, default_t8))
+    t8_word = ("faster in every pass" if faster == len(t8) else "slower in every pass" if faster == 0
+               else f"faster in {faster} of {len(t8)} passes")
+    targets = "\n".join([
+        f"- tpar's time for the 16 rounds ≤ 0.83x one GPU's: **{'met' if total <= 0.83 else 'missed'}** over the "
+        f"{len(ratios)} passes together ({total:.3f}x: " + ", ".join(f"{r:.3f}x" for r in ratios) + f"; met in {met} "
+        f"of {len(ratios)} passes alone), against run Z1's {z1_total:.3f}x over its six passes with sixteen patches.",
+        f"- At or below `-sm layer`'s time: **{'met' if all(ratios[i] < l for i, l in layer) else 'missed'}**, "
+        f"`-sm layer` " + " and ".join(f"{l:.2f}x" for _, l in layer) + " one GPU's time in the same command.",
+        f"- No request fails for a reason `-sm none` does not show too: **{'met' if answered == asked else 'missed'}**, "
+        f"{answered} of {asked} answered.",
+        f"- Eight relay threads: " + " and ".join(f"{r:.3f}x" for r in t8) + " one GPU's time against the default's "
+        + " and ".join(f"{r:.3f}x" for r in default_t8) + f" in the same commands ({t8_word}); the default stays "
+        f"two threads, which spend fewer host cores.",
+    ])
+    return {"server-mixed-z2": head + "\n\n" + table + "\n\n" + targets}
 
 
 def round_seconds(text, label, n):
