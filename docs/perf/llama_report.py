@@ -156,11 +156,7 @@ def render_first():
     y_runs = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in y_texts]
     y_rates = [r[f"mixed-none{p}"][3] / r[f"mixed-tpar{p}"][3] for r in y_runs for p in ("", "-p2")]
     z_cmds, z_st = mixed_z1()
-    z_passes = []
-    for _, runs in z_cmds:
-        z_passes.append({k: v for k, v in runs.items() if not k.endswith("-p2")})
-        if "mixed-none-p2" in runs:
-            z_passes.append({k[:-3]: v for k, v in runs.items() if k.endswith("-p2")})
+    z_passes = split_passes(runs for _, runs in z_cmds)
     z_rates = [p["mixed-none"][3] / p["mixed-tpar"][3] for p in z_passes]
     z_layer = min(p["mixed-none"][3] / p["mixed-layer"][3] for p in z_passes if "mixed-layer" in p)
     z2_passes, z2_st = mixed_z2()
@@ -767,6 +763,17 @@ def mixed_z1():
     return [(t, {l: x for l, seed, x in mixed_runs(t) if seed == 1}) for t in sections], decode_report.stamp(text)
 
 
+def split_passes(runs_by_command):
+    """Each command's runs ({label: ...}) as its passes: the runs of a second pass (labels ending -p2) apart, their
+    labels without the suffix."""
+    passes = []
+    for runs in runs_by_command:
+        passes.append({k: v for k, v in runs.items() if not k.endswith("-p2")})
+        if "mixed-none-p2" in runs:
+            passes.append({k[:-3]: v for k, v in runs.items() if k.endswith("-p2")})
+    return passes
+
+
 def mixed_z2():
     """Run Z2's passes: [{label: (answered, asked, tokens, seconds, t/s)}] (the third command's second pass apart),
     and the stamp."""
@@ -774,12 +781,7 @@ def mixed_z2():
     sections = ["# tpar gpu-suite:" + t for t in text.split("# tpar gpu-suite:")[1:]]
     if len(sections) != 3 or len({decode_report.stamp(t)["tree"] for t in sections}) != 1:
         raise ValueError(f"{MIXED_Z2}: three commands of one bundle expected")
-    passes = []
-    for t in sections:
-        runs = {l: x for l, seed, x in mixed_runs(t) if seed == 1}
-        passes.append({k: v for k, v in runs.items() if not k.endswith("-p2")})
-        if "mixed-none-p2" in runs:
-            passes.append({k[:-3]: v for k, v in runs.items() if k.endswith("-p2")})
+    passes = split_passes({l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in sections)
     return passes, decode_report.stamp(text)
 
 
@@ -807,12 +809,7 @@ def render_mixed_z2():
     t8 = [p["mixed-tpar-relay-t8"][3] / p["mixed-none"][3] for p in passes if "mixed-tpar-relay-t8" in p]
     layer = [(i, p["mixed-layer"][3] / p["mixed-none"][3]) for i, p in enumerate(passes) if "mixed-layer" in p]
     met = sum(r <= 0.83 for r in ratios)
-    z1_cmds, _ = mixed_z1()
-    z1 = []
-    for _, runs in z1_cmds:
-        z1.append({k: v for k, v in runs.items() if not k.endswith("-p2")})
-        if "mixed-none-p2" in runs:
-            z1.append({k[:-3]: v for k, v in runs.items() if k.endswith("-p2")})
+    z1 = split_passes(runs for _, runs in mixed_z1()[0])
     z1_total = sum(p["mixed-tpar"][3] for p in z1) / sum(p["mixed-none"][3] for p in z1)
     default_t8 = [q for q, p in zip(ratios, passes) if "mixed-tpar-relay-t8" in p]
     faster = sum(a < b for a, b in zip(t8, default_t8))
