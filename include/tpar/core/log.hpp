@@ -67,6 +67,14 @@ inline void set_log_sink(LogSink sink) {
   state.sink = std::move(sink);
 }
 
+// The level from which the default sink prints (TPAR_LOG; warning unless set): a sink
+// that forwards to a host's logger may apply it too.
+inline LogLevel log_threshold() {
+  auto& state = detail::log_state();
+  std::lock_guard lock(state.mutex);
+  return state.threshold;
+}
+
 // A level no enumerator names is logged as an error: logging never throws (it runs on
 // failure paths and in destructors), and a message must not vanish below the threshold.
 inline void log(LogLevel level, std::string_view message) {

@@ -11,15 +11,6 @@
 //
 // The three hooks never throw: init returns null (and logs why), allreduce returns false
 // (declines, so ggml runs its own fallback, with nothing enqueued), free always frees.
-//
-// Two more, offered with TPAR_GGML_THREADS=1, for a meta backend that enqueues each
-// device's subgraphs on a thread of its own (integrations/llama.cpp/patches/):
-// allreduce_tensor_deferred accepts a call and enqueues nothing, and enqueue_device(ctx,
-// i), called by device i's thread after the subgraph that wrote its tensor and before the
-// next, enqueues device i's part of the oldest such call it has not yet enqueued. Where a
-// call cannot be split so (its steps wait on each other across devices: the ring of
-// prefill-sized calls), the deferred hook hands it back, and the meta backend waits for
-// its threads and calls allreduce_tensor.
 #pragma once
 
 #include <tpar/comm/any_communicator.hpp>
@@ -34,7 +25,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <span>
@@ -47,8 +37,6 @@ namespace tpar::inline v0::ggml {
 inline constexpr const char* comm_init_name = "ggml_backend_comm_init";
 inline constexpr const char* comm_free_name = "ggml_backend_comm_free";
 inline constexpr const char* comm_allreduce_tensor_name = "ggml_backend_comm_allreduce_tensor";
-inline constexpr const char* comm_allreduce_tensor_deferred_name = "ggml_backend_comm_allreduce_tensor_deferred";
-inline constexpr const char* comm_enqueue_device_name = "ggml_backend_comm_enqueue_device";
 
 // One tensor as the backend sees it: where its data lies and what it is.
 struct TensorView {
@@ -99,6 +87,9 @@ struct TensorView {
 //                                            // then ordering is the queues' (no ready
 //                                            // point is asked for) and each AllReduce rides
 //                                            // in the backend's submissions (comm/stream.hpp)
+//   static void release(backend_t) noexcept; // optional: the comm context is gone (called
+//                                            // last, once its work ended): the backend may
+//                                            // take its own path again
 template <class T>
 concept BackendTraits = requires(typename T::backend_t backend, typename T::tensor_t* tensor, const TimelinePoint& point) {
   { T::is_ours(backend) } -> std::convertible_to<bool>;
@@ -107,19 +98,6 @@ concept BackendTraits = requires(typename T::backend_t backend, typename T::tens
   { T::ready(backend) } -> std::convertible_to<TimelinePoint>;
   { T::wait_for(backend, point) } noexcept;
 };
-
-// Whether the hook offers the deferred pair (each device's thread enqueues its part), so
-// that a meta backend that can use a thread per device does: TPAR_GGML_THREADS=1. Off by
-// default: on NVIDIA's driver (580, four H100s) the devices' threads paid several times
-// what one thread pays a vkQueueSubmit, and decoded slower than one thread with replayed
-// subgraphs (docs/PERFORMANCE.md, "The host's time per token").
-inline bool deferred_wanted() {
-  static const bool on = [] {
-    const char* v = std::getenv("TPAR_GGML_THREADS");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
 
 // TPAR_GGML_SKIP_ALLREDUCE=1: for timing only. The hook accepts every call it would
 // enqueue (checked as always) and sums nothing, so each device goes on with its own
@@ -157,12 +135,16 @@ Stream* stream_of(typename T::backend_t backend) {
     return nullptr;
 }
 
+template <class T>
+void release(typename T::backend_t backend) noexcept {
+  if constexpr (requires { T::release(backend); }) T::release(backend);
+}
+
 }  // namespace detail
 
 // The comm context behind ggml's void*: the backends' devices adopted into one group and
 // a runtime-selected communicator over them. One thread uses it at a time (ggml's meta
-// backend calls it from its graph_compute), but for enqueue_device(), which each device's
-// thread calls for its own device while the meta backend's thread makes the next calls.
+// backend calls it from its graph_compute).
 template <BackendTraits Traits>
 class GgmlComm {
  public:
@@ -176,8 +158,6 @@ class GgmlComm {
     std::uint64_t declined = 0;  // false: ggml's fallback ran, nothing was enqueued
     std::uint64_t max_elements = 0;  // the largest call enqueued, in values
     std::uint64_t partial = 0;       // calls enqueued where a device computed nothing (counted as zeros)
-    std::uint64_t deferred = 0;      // of `reduced`: enqueued by each device's thread (enqueue_device)
-    std::uint64_t not_split = 0;     // deferred calls handed back for allreduce() (not split per device)
     std::uint64_t skipped = 0;       // accepted and not summed (TPAR_GGML_SKIP_ALLREDUCE=1)
   };
 
@@ -192,15 +172,17 @@ class GgmlComm {
       max_range_.push_back(caps.max_storage_buffer_range);
     }
     Options options = detail::options_of<Traits>();
-    // With a thread per device (TPAR_GGML_THREADS=1) each device's thread records its
-    // subgraphs while the meta backend's thread makes the next calls: a ride would have
-    // the devices' threads record into the communicator beside it. No call rides then.
-    if (deferred_wanted()) options.relay_ride = false;
     comm_.emplace(make_communicator(group_, options));
-    std::vector<Stream*> streams;
-    for (auto b : backends_) streams.push_back(detail::stream_of<Traits>(b));
-    if (std::all_of(streams.begin(), streams.end(), [](Stream* s) { return s != nullptr; }))
-      streamed_ = std::make_unique<StreamAllreduce<AnyCommunicator>>(*comm_, std::move(streams));
+    try {
+      std::vector<Stream*> streams;
+      for (auto b : backends_) streams.push_back(detail::stream_of<Traits>(b));
+      if (std::all_of(streams.begin(), streams.end(), [](Stream* s) { return s != nullptr; }))
+        streamed_ = std::make_unique<StreamAllreduce<AnyCommunicator>>(*comm_, std::move(streams));
+    } catch (...) {
+      // the backends that handed over a stream take their own path again
+      for (auto b : backends_) detail::release<Traits>(b);
+      throw;
+    }
     views_.resize(n);
     spans_.resize(n);
     ready_.resize(n);
@@ -233,12 +215,6 @@ class GgmlComm {
       if (stats_.skipped)
         log(LogLevel::warning, "ggml comm: " + std::to_string(stats_.skipped) +
                                 " AllReduces skipped (TPAR_GGML_SKIP_ALLREDUCE=1): the results were wrong");
-      if (stats_.deferred || stats_.not_split)
-        log(LogLevel::info, "ggml comm: " + std::to_string(stats_.deferred) + " AllReduces enqueued by each device's thread, " +
-                                std::to_string(stats_.not_split) + " not split per device; a device waited for a peer's part " +
-                                std::to_string(streamed_->gate_waits()) + " times, " +
-                                std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(streamed_->gate_waited()).count()) +
-                                " us in all");
       if (streamed_ && streamed_->held_calls())
         log(LogLevel::info, "ggml comm: " + std::to_string(streamed_->held_calls()) +
                                 " AllReduces held with ggml's work (their batches wait on no other device), released in " +
@@ -279,6 +255,7 @@ class GgmlComm {
     streamed_.reset();  // what the streams hold goes to the queues; they stop holding
     comm_.reset();
     for (auto b : backends_) Traits::wait_for(b, TimelinePoint{});
+    for (auto b : backends_) detail::release<Traits>(b);
   }
 
   // Sums tensors[j] (one per backend, in init order) in place across the devices, after
@@ -299,55 +276,6 @@ class GgmlComm {
       ++stats_.declined;
       return false;
     }
-  }
-
-  // The deferred hook: like allreduce(), but enqueues nothing; each device's thread then
-  // enqueues its part with enqueue_device(). False also where the call cannot be split
-  // per device (nothing enqueued): then allreduce() serves it, once every device's work
-  // up to it is enqueued. One thread calls it (the meta backend's), in call order.
-  bool allreduce_deferred(tensor_t* const* tensors) noexcept {
-    auto span = Trace::instance().span("allreduce hook (deferred)");
-    try {
-      try {
-        deferring_ = true;
-        const bool ok = run(tensors, true);
-        deferring_ = false;
-        return ok;
-      } catch (...) {
-        // allreduce() meets the same and declines, saying why
-        deferring_ = false;
-        return not_split();
-      }
-    } catch (...) {
-      deferring_ = false;
-      return false;
-    }
-  }
-
-  // Device d's part of the oldest call allreduce_deferred() accepted that device d has not
-  // enqueued yet, enqueued on its compute queue after what device d's thread submitted so
-  // far. Called by the thread that enqueues device d's work (a thread per device may call
-  // it at once). False where it failed (the context then declines every later call).
-  bool enqueue_device(std::size_t d) noexcept {
-    auto span = Trace::instance().span("tpar enqueue", static_cast<int>(d));
-    try {
-      if (!streamed_ || d >= backends_.size()) return false;
-      // the backend's synchronize waits for this call only once its part is on the queue
-      Traits::wait_for(backends_[d], streamed_->enqueue(d));
-      return true;
-    } catch (const std::exception& e) {
-      std::lock_guard lock(thread_failure_mutex_);
-      if (!thread_failure_) {
-        thread_failure_ = e.what();
-        try {
-          log(LogLevel::error, std::string("ggml comm: device ") + std::to_string(d) + " could not enqueue its part of an AllReduce (" +
-                                   e.what() + "); every later call is declined");
-        } catch (...) {
-        }
-      }
-    } catch (...) {
-    }
-    return false;
   }
 
   std::size_t size() const { return backends_.size(); }
@@ -379,16 +307,11 @@ class GgmlComm {
     return DeviceGroup::adopt(devices);
   }
 
-  bool run(tensor_t* const* tensors, bool deferred = false) {
+  bool run(tensor_t* const* tensors) {
     const std::size_t n = size();
-    {
-      std::lock_guard lock(thread_failure_mutex_);
-      if (thread_failure_ && !failure_) fail(Error(ErrorCode::failed, *thread_failure_));
-    }
     if (failure_) return decline(std::string("an earlier failure: ") + failure_->what());
     if (auto e = comm_->failure()) return fail(*e);
     if (!tensors) return decline("no tensor array");
-    if (deferred && !streamed_) return decline("the backends give no streams: no part can be enqueued by a device's thread");
 
     bool all_empty = true;
     for (std::size_t j = 0; j < n; ++j) {
@@ -397,7 +320,6 @@ class GgmlComm {
       all_empty &= views_[j].elements == 0;
     }
     if (all_empty) {
-      if (deferred) return not_split();  // nothing for the devices' threads to wait for: the plain hook
       ++stats_.empty;
       return true;
     }
@@ -427,22 +349,9 @@ class GgmlComm {
       computed_[j] = v.computed;
     }
     if (skip_) {
-      if (deferred) return not_split();  // the plain hook skips it
       if (streamed_) streamed_->skip_call();  // the host's work submitted as around a held call
       ++stats_.skipped;  // not in `reduced` nor in its largest call: nothing was summed
       return true;
-    }
-    if (deferred) {
-      std::uint32_t mask = 0;
-      for (std::size_t j = 0; j < n; ++j)
-        if (computed_[j]) mask |= 1u << j;
-      bool split = false;
-      try {
-        split = comm_->per_device(count, mask);
-      } catch (const Error&) {
-        split = false;  // the plain hook says why
-      }
-      if (!split) return not_split();
     }
     // A backend that submitted nothing since the last call still has its old ready point;
     // then the call follows the previous call's done point instead, so two calls in a row
@@ -458,9 +367,7 @@ class GgmlComm {
       AllreduceArgs args;
       args.contributes = std::span<const bool>(computed_.get(), n);
       auto span = Trace::instance().span("tpar call");
-      if (deferred) {
-        ticket = streamed_->allreduce_split(spans_, args);
-      } else if (streamed_) {
+      if (streamed_) {
         ticket = streamed_->allreduce(spans_, args);
       } else {
         args.ready = ready_;
@@ -481,24 +388,15 @@ class GgmlComm {
     for (std::size_t j = 0; j < n; ++j) {
       seen_ready_[j] = now_[j];
       pending_[j] = ticket.done(j);
-      if (!deferred) Traits::wait_for(backends_[j], pending_[j]);  // (deferred: enqueue_device() does)
+      Traits::wait_for(backends_[j], pending_[j]);
     }
     ++stats_.reduced;
-    if (deferred) ++stats_.deferred;
     stats_.max_elements = std::max<std::uint64_t>(stats_.max_elements, count);
     if (!std::all_of(computed_.get(), computed_.get() + n, [](bool c) { return c; })) ++stats_.partial;
     return true;
   }
 
-  // The deferred hook hands the call back, for allreduce() to serve once every device's
-  // work up to it is enqueued: not a decline.
-  bool not_split() {
-    ++stats_.not_split;
-    return false;
-  }
-
   bool decline(std::string why) {
-    if (deferring_) return not_split();  // allreduce() declines it, and says why
     ++stats_.declined;
     log(LogLevel::debug, "ggml comm: declined, ggml's fallback runs: " + why);
     last_decline_ = std::move(why);
@@ -524,9 +422,6 @@ class GgmlComm {
   std::vector<TimelinePoint> ready_, now_, seen_ready_, pending_;
   std::unique_ptr<bool[]> computed_;
   std::optional<Error> failure_;
-  bool deferring_ = false;  // inside allreduce_deferred()
-  std::mutex thread_failure_mutex_;
-  std::optional<std::string> thread_failure_;  // an enqueue_device() that failed, on a device's thread
   Stats stats_;
   const bool skip_ = skip_wanted();
   std::string last_decline_;
@@ -573,20 +468,6 @@ bool comm_allreduce_tensor(void* comm_ctx, typename Traits::tensor_t** tensors) 
   return static_cast<GgmlComm<Traits>*>(comm_ctx)->allreduce(tensors);
 }
 
-// ggml_backend_comm_allreduce_tensor_deferred: as comm_allreduce_tensor, enqueuing nothing.
-template <BackendTraits Traits>
-bool comm_allreduce_tensor_deferred(void* comm_ctx, typename Traits::tensor_t** tensors) noexcept {
-  if (!comm_ctx) return false;
-  return static_cast<GgmlComm<Traits>*>(comm_ctx)->allreduce_deferred(tensors);
-}
-
-// ggml_backend_comm_enqueue_device: backend i's part of the oldest deferred call it has not enqueued.
-template <BackendTraits Traits>
-bool comm_enqueue_device(void* comm_ctx, std::size_t i_backend) noexcept {
-  if (!comm_ctx) return false;
-  return static_cast<GgmlComm<Traits>*>(comm_ctx)->enqueue_device(i_backend);
-}
-
 // For the registry's get_proc_address: the hook of that name, or null for any other name.
 template <BackendTraits Traits>
 void* comm_proc_address(const char* name) noexcept {
@@ -594,9 +475,6 @@ void* comm_proc_address(const char* name) noexcept {
   if (!std::strcmp(name, comm_init_name)) return reinterpret_cast<void*>(&comm_init<Traits>);
   if (!std::strcmp(name, comm_free_name)) return reinterpret_cast<void*>(&comm_free<Traits>);
   if (!std::strcmp(name, comm_allreduce_tensor_name)) return reinterpret_cast<void*>(&comm_allreduce_tensor<Traits>);
-  if (!std::strcmp(name, comm_allreduce_tensor_deferred_name) && deferred_wanted())
-    return reinterpret_cast<void*>(&comm_allreduce_tensor_deferred<Traits>);
-  if (!std::strcmp(name, comm_enqueue_device_name) && deferred_wanted()) return reinterpret_cast<void*>(&comm_enqueue_device<Traits>);
   return nullptr;
 }
 
