@@ -246,7 +246,7 @@ build_llama() {
   [[ $patch_only -eq 0 ]] || return 0
 
   stage "build"
-  targets=(llama-bench llama-batched-bench llama-server llama-quantize tpar-llama-model tpar-llama-logits)
+  targets=(llama-bench llama-batched-bench llama-server llama-quantize tpar-llama-model tpar-llama-logits test-llama-archs)
   if [[ ! -f "$build_dir/build/build.ninja" || "$(cat "$build_dir/build/.source" 2>/dev/null)" != "$src" ]]; then
     say "configuring for $src"
     cmake -S "$root/integrations/llama.cpp" -B "$build_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -25,13 +25,16 @@ run() {
   grep "tpar" "$dir/$label.log" || true
 }
 # server_up LABEL SLOTS CONTEXT [ENV...]: a llama-server with -sm tensor on the dense
-# model over two lavapipe devices, its log in $dir/LABEL-server.log; sets server_port and
+# model over two lavapipe devices (SERVER_MODEL, SERVER_SM, SERVER_DEVICES and
+# SERVER_ARGS change them), its log in $dir/LABEL-server.log; sets server_port and
 # server_pid once it answers /health, or fails the case. server_down stops it.
 server_up() {
   local label=$1 slots=$2 ctx=$3; shift 3
   server_port=$((20000 + RANDOM % 20000))
-  env "$@" GGML_VK_VISIBLE_DEVICES=0,0 TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/dense.gguf" -ngl 99 -fa on \
-      -sm tensor -c "$ctx" -np "$slots" --no-warmup --host 127.0.0.1 --port "$server_port" > "$dir/$label-server.log" 2>&1 &
+  # shellcheck disable=SC2086
+  env "$@" GGML_VK_VISIBLE_DEVICES="${SERVER_DEVICES:-0,0}" TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/${SERVER_MODEL:-dense.gguf}" \
+      -ngl 99 -fa on -sm "${SERVER_SM:-tensor}" -c "$ctx" -np "$slots" --no-warmup --host 127.0.0.1 --port "$server_port" \
+      ${SERVER_ARGS:-} > "$dir/$label-server.log" 2>&1 &
   server_pid=$!
   local ready=0
   for _ in $(seq 1 240); do
@@ -118,25 +121,18 @@ case "$name" in
   dense-3-zero-slices)
     # 256 wide, 4 heads, 2 KV heads over 3 devices: the attention split's granularity
     # (128) leaves one device with no heads in every layer, so its partial sums are
-    # computed by no one and must count as zeros. Also with a thread per device
-    # (TPAR_GGML_THREADS=1): the same sums in the same order, so the same logits.
+    # computed by no one and must count as zeros.
     run none dense.gguf 0 none
     run ggml dense.gguf 0,0,0 tensor GGML_VK_DISABLE_TPAR=1
     run tpar dense.gguf 0,0,0 tensor TPAR_WIRE=f32
-    run tpar-threads dense.gguf 0,0,0 tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
     run tpar-relay dense.gguf 0,0,0 tensor TPAR_ALGO=relay
     check_served tpar 3
-    check_served tpar-threads 3
     check_served tpar-relay 3
     idle=$(field tpar ', ([0-9]+) with a device that computed nothing')
     echo "tpar: $idle calls had a device contributing zeros"
     [[ $idle -gt 0 ]] || fail "no call had a zero-size slice: the test does not test what it claims"
-    enqueued=$(sed -nE 's/.*ggml comm: ([0-9]+) AllReduces enqueued by each device.s thread.*/\1/p' "$dir/tpar-threads.log")
-    echo "tpar-threads: $enqueued calls enqueued by the devices' threads"
-    [[ ${enqueued:-0} -gt 0 ]] || fail "tpar-threads: the devices' threads enqueued no AllReduce"
     compare tpar none $bound_vs_none
     compare tpar ggml --relative 0.001  # three values, summed in different orders
-    compare tpar-threads tpar --exact
     compare tpar-relay tpar --exact     # both sum in device order, a device's zeros too
     ;;
   moe-2)
@@ -182,7 +178,6 @@ case "$name" in
     # A group tpar must refuse: its hook logs why at init and ggml's own AllReduce gives the
     # same answers as without the hook. On lavapipe, NativeImport asked for where it
     # cannot run (no exportable semaphores); everywhere, a TPAR_SYNC value that is no sync.
-    # And a GGML_VK_WARM_MIB that is no amount, which ggml-vulkan names and ignores.
     run ggml dense.gguf 0,0 tensor GGML_VK_DISABLE_TPAR=1
     refusals=("badvalue:TPAR_SYNC=sideways")
     [[ "${TPAR_TEST_DEVICES:-}" == gpus ]] || refusals+=("native:TPAR_SYNC=native")
@@ -193,13 +188,6 @@ case "$name" in
       ! grep -q "AllReduces on the GPUs" "$dir/$label.log" || fail "$label: tpar served calls it should have refused"
       compare "$label" ggml --exact
     done
-    # A GGML_VK_WARM_MIB that is no amount: named in a warning and ignored (the default
-    # stays); tpar serves the calls as always
-    run warm-bad dense.gguf 0,0 tensor TPAR_WIRE=f32 GGML_VK_WARM_MIB=lots GGML_VK_WARM_ALWAYS=1
-    check_served warm-bad 2
-    grep -q "GGML_VK_WARM_MIB=lots is not a whole number of MiB from 0 to 1024: ignored" "$dir/warm-bad.log" ||
-      fail "warm-bad: the bad GGML_VK_WARM_MIB was not named"
-    compare warm-bad ggml --exact
     ;;
   validation)
     # The ordering between ggml-vulkan's own work and tpar's, checked by the Khronos
@@ -209,13 +197,9 @@ case "$name" in
     # stalled timeline (ggml-vulkan's fences: CI of 6377984, under load).
     [[ -n "$(ls /usr/share/vulkan/explicit_layer.d/*validation* 2>/dev/null)" ]] || { echo "[skipped] no validation layer installed"; exit 0; }
     RUN_ARGS="-n 2"
-    # Also with the reads of weights that ride beside tpar's kernel on GPUs recorded at every
-    # subgraph's start (GGML_VK_WARM_ALWAYS=1: on lavapipe no AllReduce rides).
     run tpar dense.gguf 0,0 tensor VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
         VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
-    run tpar-warm dense.gguf 0,0 tensor GGML_VK_WARM_MIB=16 GGML_VK_WARM_ALWAYS=1 VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
-        VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
-    for label in tpar tpar-warm; do
+    for label in tpar; do
       check_served $label 2
       reports=$(cat "$dir/$label.out" "$dir/$label.log" | grep -o 'Validation [A-Za-z]*: \[ [A-Za-z0-9_-]* \]' | sort | uniq -c || true)
       echo "$label: validation layer reports: ${reports:-none}"
@@ -223,28 +207,21 @@ case "$name" in
         fail "$label: the validation layer reported the above"
       fi
     done
-    grep -qE "ggml-vulkan Vulkan0: [1-9][0-9]* reads of weights recorded" "$dir/tpar-warm.log" ||
-      fail "tpar-warm: no read of weights was recorded"
     ;;
   decode-64)
     # Decode-sized AllReduces one token at a time, 64 of them after the prompt: every
     # step's logits through tpar equal ggml's own AllReduce's, number for number, with the
-    # AllReduce riding in ggml-vulkan's submissions (streams, the default) and with the
-    # older wiring by timeline semaphores (TPAR_GGML_STREAMS=0).
+    # AllReduce riding in ggml-vulkan's submissions.
     RUN_ARGS="-n 64"
     run none dense.gguf 0 none
     run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
     run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
-    run tpar-semaphores dense.gguf "$pair" tensor TPAR_WIRE=f32 TPAR_GGML_STREAMS=0
     check_served tpar 2
-    check_served tpar-semaphores 2
     grep -q "on the backends' compute queues in their own submissions (streams)" "$dir/tpar.log" ||
       fail "tpar: the AllReduce did not ride in ggml-vulkan's submissions"
-    grep -q "ordered by timeline semaphores" "$dir/tpar-semaphores.log" || fail "tpar-semaphores: TPAR_GGML_STREAMS=0 was not taken"
     rows=$(sed -nE 's/^run: ([0-9]+) rows.*/\1/p' "$dir/tpar.out")
     [[ $rows -ge 64 ]] || fail "tpar: $rows rows of logits, not the prompt's and 64 tokens'"
     compare tpar ggml --exact
-    compare tpar-semaphores ggml --exact
     compare tpar none $bound_vs_none
     ;;
   decode-growth)
@@ -252,36 +229,26 @@ case "$name" in
     # then pads n_kv to 512 and builds the graph anew, with new subgraph ids) and through
     # two changes of batch size (3 tokens at step 100, 5 at step 200, then 1 again). While a
     # graph stays, ggml-vulkan replays each subgraph's recorded command buffers (the
-    # default), and with TPAR_GGML_THREADS=1 each device's thread enqueues its subgraphs
-    # and its part of every AllReduce. Every step's logits must equal ggml's own
-    # AllReduce's, number for number: by default, with the threads, and with both off
-    # (GGML_VK_DISABLE_REPLAY=1).
+    # default). Every step's logits must equal ggml's own AllReduce's, number for number:
+    # with replay and without (GGML_VK_DISABLE_REPLAY=1).
     RUN_ARGS="--ctx 1024 -n 300 --batch-at 100:3,200:5"
     run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
     run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
-    run tpar-threads dense.gguf "$pair" tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
     run tpar-noreplay dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_DISABLE_REPLAY=1
     run tpar-relay dense.gguf "$pair" tensor TPAR_ALGO=relay
-    # the reads of weights beside tpar's kernel (GGML_VK_WARM_ALWAYS=1: recorded where no
-    # AllReduce rides too), in recordings replayed: they change nothing read
-    run tpar-warm dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_WARM_MIB=16 GGML_VK_WARM_ALWAYS=1
     replay() {  # LABEL: "replayed recorded" of device 0, or nothing
       sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) subgraphs replayed, ([0-9]+) recorded for replay.*/\1 \2/p' "$dir/$1.log"
     }
-    threads() { sed -nE 's/.*ggml comm: ([0-9]+) AllReduces enqueued by each device.s thread.*/\1/p' "$dir/$1.log"; }
-    for label in tpar tpar-threads tpar-noreplay tpar-relay tpar-warm; do
+    for label in tpar tpar-noreplay tpar-relay; do
       check_served $label 2
       compare $label ggml --exact
-      echo "$label: replayed, recorded for replay: $(replay $label); enqueued by the devices' threads: $(threads $label)"
+      echo "$label: replayed, recorded for replay: $(replay $label)"
     done
-    warm=$(sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) reads of weights recorded.*/\1/p' "$dir/tpar-warm.log")
-    echo "tpar-warm: ${warm:-no} reads of weights recorded on device 0"
-    [[ ${warm:-0} -gt 0 ]] || fail "tpar-warm: no read of weights was recorded"
     read -r replayed recorded <<< "$(replay tpar)"
     once=$(sed -nE 's/.*ggml-vulkan Vulkan0: .* ([0-9]+) seen once and recorded as usual.*/\1/p' "$dir/tpar.log")
     echo "tpar: $once subgraphs seen once and recorded as usual"
     # The 4-layer test model has 9 subgraphs a graph. A subgraph is recorded for replay when
-    # seen a second time unchanged, and found again by its nodes (patch 0012): the decode
+    # seen a second time unchanged, and found again by its nodes: the decode
     # graphs before and after the KV cache grows differ, so both are recorded; the decode
     # graphs built anew after the 3-token and the 5-token step have the nodes of one of
     # those where the meta backend took the same set of its tensors, and are recorded
@@ -293,28 +260,25 @@ case "$name" in
       fail "tpar: ${recorded:-no} subgraphs recorded for replay, not between the 2 and the 4 decode graphs' worth the run builds"
     [[ ${once:-0} -ge $((recorded + 18)) ]] || fail "tpar: ${once:-no} subgraphs seen once: the one-step graphs were recorded for replay"
     [[ -z "$(replay tpar-noreplay)" ]] || fail "tpar-noreplay: GGML_VK_DISABLE_REPLAY=1 still replayed"
-    [[ -n "$(replay tpar-threads)" ]] || fail "tpar-threads: no replay"
-    enqueued=$(threads tpar-threads)
-    [[ ${enqueued:-0} -gt 0 ]] || fail "tpar-threads: the devices' threads enqueued no AllReduce"
-    [[ -z "$(threads tpar)" && -z "$(threads tpar-noreplay)" ]] || fail "the devices' threads ran without TPAR_GGML_THREADS=1"
     ;;
   slots-apart)
     # A step whose sequences' KV streams are not adjacent, as a server's slots 0, 1 and 3
-    # once slot 2's request has finished: llama.cpp used to run it as two ubatches ({0, 1},
-    # then {3}: two passes over the weights, each graph built anew); patch 0016 keeps it in
-    # one, the attention run once for each run of adjacent streams. Each sequence has its
+    # once slot 2's request has finished: llama.cpp runs it as two ubatches ({0, 1}, then
+    # {3}: two passes over the weights, each graph built anew) with --kv-runs 1 (upstream's
+    # rule); by default (n_kv_runs 8) it is one, the attention run once for each run of
+    # adjacent streams. Each sequence has its
     # own prompt, so a run reading another's stream shows. The same steps fed one sequence
     # at a time (three ubatches a step) must give the same logits within a bound (other
     # batch sizes change the matmuls' kernels), in one device's run and in -sm tensor's;
     # tpar's must equal ggml's own AllReduce's, number for number. And every step must be
     # one ubatch: 3 prompts + 6 steps (LLAMA_BATCH_DEBUG=1 logs each ubatch); two with
-    # LLAMA_KV_GAPS_DISABLE=1, the split as before.
+    # --kv-runs 1.
     ubatches() { grep -c 'added ubatch to split' "$dir/$1.log" || true; }
     RUN_ARGS="--ctx 256 -n 6 --seqs 0,1,3"
     run none dense.gguf 0 none LLAMA_BATCH_DEBUG=1
     run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1 LLAMA_BATCH_DEBUG=1
     run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1
-    run tpar-adjacent dense.gguf "$pair" tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1 LLAMA_KV_GAPS_DISABLE=1
+    RUN_ARGS="--ctx 256 -n 6 --seqs 0,1,3 --kv-runs 1" run tpar-adjacent dense.gguf "$pair" tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1
     RUN_ARGS="--ctx 256 -n 6 --seqs 0,1,3 --one-by-one"
     run none-one dense.gguf 0 none LLAMA_BATCH_DEBUG=1
     run tpar-one dense.gguf "$pair" tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1
@@ -324,7 +288,7 @@ case "$name" in
       [[ $(ubatches $label) -eq 9 ]] || fail "$label: $(ubatches $label) ubatches for 3 prompts and 6 steps of slots 0, 1 and 3 (9 if each step is one)"
     done
     [[ $(ubatches tpar-one) -eq 21 ]] || fail "tpar-one: $(ubatches tpar-one) ubatches, not 3 + 6 x 3"
-    # LLAMA_KV_GAPS_DISABLE=1: the split as before, {0, 1} then {3}
+    # --kv-runs 1: upstream's split, {0, 1} then {3}
     echo "tpar-adjacent: $(ubatches tpar-adjacent) ubatches"
     [[ $(ubatches tpar-adjacent) -eq 15 ]] || fail "tpar-adjacent: $(ubatches tpar-adjacent) ubatches, not 3 + 6 x 2"
     compare tpar-adjacent tpar-one --relative 1e-3
@@ -333,30 +297,138 @@ case "$name" in
     compare tpar tpar-one --relative 1e-3
     compare tpar none $bound_vs_none
     ;;
+  slots-many)
+    # Steps of 8 and 16 sequences whose KV streams are not adjacent, as a llama-server with
+    # 16 or 32 slots busy in every other one. A step's sequences go in one ubatch in at most
+    # n_kv_runs (8 by default) runs of adjacent streams, the attention once for each run, and
+    # the graph's node budget counts every run's nodes (without it a 32-layer model aborted
+    # in ggml_view_3d at 5 runs, one device, no tpar). On an 8-layer and a 32-layer model,
+    # even and odd slots, at -sm none and through tpar at 2 and 3 devices: each run's
+    # logits within a bound of the same steps fed a sequence at a time, and the ubatches as
+    # the runs make them (8 runs: one a step; 16: two).
+    ubatches() { grep -c 'added ubatch to split' "$dir/$1.log" || true; }
+    even8=0,2,4,6,8,10,12,14 odd8=1,3,5,7,9,11,13,15 even16=$(seq -s, 0 2 30)
+    prompt=$(printf 'abcdefghijklmnopqrstuvwxyz%.0s' 1 2)  # 52 letters: more tokens than the highest sequence id
+    plan=("layers8:even8:$even8:none,tensor2" "layers8:odd8:$odd8:none,tensor2"
+          "layers32:even8:$even8:none,tensor2,tensor3" "layers32:even16:$even16:none,tensor2")
+    for p in "${plan[@]}"; do
+      IFS=: read -r model pat seqs modes <<< "$p"
+      base="--ctx 128 -n 3 -p $prompt --seqs $seqs"
+      RUN_ARGS="$base --one-by-one" run "$model-$pat-one" "$model.gguf" 0 none
+      for m in ${modes//,/ }; do
+        label=$model-$pat-$m
+        case $m in
+          none) RUN_ARGS=$base run "$label" "$model.gguf" 0 none LLAMA_BATCH_DEBUG=1
+                compare "$label" "$model-$pat-one" --relative 1e-3 ;;
+          tensor2) RUN_ARGS=$base run "$label" "$model.gguf" "$pair" tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1
+                   check_served "$label" 2
+                   compare "$label" "$model-$pat-one" $bound_vs_none ;;
+          tensor3) RUN_ARGS=$base run "$label" "$model.gguf" 0,0,0 tensor TPAR_WIRE=f32 LLAMA_BATCH_DEBUG=1
+                   check_served "$label" 3
+                   compare "$label" "$model-$pat-one" $bound_vs_none ;;
+        esac
+        n_seqs=$(tr ',' '\n' <<< "$seqs" | wc -l)
+        want=$((n_seqs + 3 * (n_seqs > 8 ? 2 : 1)))
+        echo "$label: $(ubatches "$label") ubatches ($n_seqs prompts, 3 steps)"
+        [[ $(ubatches "$label") -eq $want ]] || fail "$label: $(ubatches "$label") ubatches, not $want"
+      done
+    done
+    ;;
+  two-contexts)
+    # Two contexts in one process on the same devices, as a draft model or an application's
+    # second model has them: a -sm tensor context through tpar and, beside it, another
+    # instance of the model at -sm none (one device) or -sm layer (both devices; pipeline
+    # parallel where the devices offer events, so its scheduler records and waits on them),
+    # each of its steps run while the tensor context's step is in flight. tpar serves the
+    # tensor context alone: every context's logits equal its run alone, number for number.
+    run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
+    run none dense.gguf 0 none
+    run layer dense.gguf "$pair" layer
+    RUN_ARGS="-n 8 --beside none --beside-output $dir/beside-none.logits" run tpar-none dense.gguf "$pair" tensor TPAR_WIRE=f32
+    RUN_ARGS="-n 8 --beside layer --beside-output $dir/beside-layer.logits" run tpar-layer dense.gguf "$pair" tensor TPAR_WIRE=f32
+    if grep -q "pipeline parallelism enabled" "$dir/tpar-layer.log"; then
+      echo "tpar-layer: the -sm layer context beside is pipeline parallel (events)"
+    else
+      echo "tpar-layer: the -sm layer context beside is not pipeline parallel (the devices offer no events)"
+    fi
+    for label in tpar-none tpar-layer; do
+      check_served "$label" 2
+      compare "$label" tpar --exact
+    done
+    compare beside-none none --exact
+    compare beside-layer layer --exact
+    ;;
+  off-switch)
+    # GGML_VK_DISABLE_TPAR=1 turns tpar off: no comm hook (ggml's own AllReduce runs), no
+    # device extension asked for on tpar's behalf, every submission on ggml-vulkan's own
+    # path. The fault layer (tests/llama/fault_layer.c) names the extensions each device was
+    # made with, and makes every vkQueueSubmit from the N-th on fail as from a lost device:
+    # with the switch and without it, ggml-vulkan reports the lost device through its own
+    # handler.
+    [[ -f "$LAYER/VK_LAYER_TPAR_fault.json" ]] || fail "no fault layer in $LAYER"
+    layer=(VK_LAYER_PATH="$LAYER" VK_INSTANCE_LAYERS=VK_LAYER_TPAR_fault)
+    run on dense.gguf "$pair" tensor "${layer[@]}" TPAR_FAULT_LOG_EXTENSIONS=1 TPAR_FAULT_LOG_SUBMITS=1 TPAR_WIRE=f32
+    run off dense.gguf "$pair" tensor "${layer[@]}" TPAR_FAULT_LOG_EXTENSIONS=1 TPAR_FAULT_LOG_SUBMITS=1 GGML_VK_DISABLE_TPAR=1
+    check_served on 2
+    ! grep -q "ggml comm:" "$dir/off.log" || fail "off: tpar's hook ran with GGML_VK_DISABLE_TPAR=1"
+    compare on off --exact
+    exts() { grep -o 'tpar fault layer: device extensions:.*' "$dir/$1.log" | head -1 | cut -d: -f3 | tr ' ' '\n' | sed '/^$/d' | sort; }
+    added=$(comm -23 <(exts on) <(exts off) | paste -sd' ' -)
+    echo "extensions asked for on tpar's behalf: ${added:-none}"
+    for e in VK_KHR_external_semaphore_fd VK_KHR_shader_clock VK_EXT_calibrated_timestamps; do
+      ! exts off | grep -qx "$e" || fail "off: $e was asked for with GGML_VK_DISABLE_TPAR=1"
+    done
+    for label in off on; do
+      # halfway through the run's own submissions (tpar makes fewer: one a boundary)
+      total=$(sed -nE 's/.*tpar fault layer: ([0-9]+) vkQueueSubmit calls.*/\1/p' "$dir/$label.log" | tail -1)
+      [[ ${total:-0} -gt 10 ]] || fail "$label: the fault layer counted ${total:-no} submissions"
+      extra=(TPAR_WIRE=f32); [[ $label == off ]] && extra=(GGML_VK_DISABLE_TPAR=1)
+      env "${layer[@]}" TPAR_FAULT_SUBMIT_LOST=$((total / 2)) "${extra[@]}" GGML_VK_VISIBLE_DEVICES="$pair" TPAR_LOG=info \
+        "$BIN/tpar-llama-logits" run -m "$MODELS/dense.gguf" --sm tensor -n 8 -o "$dir/lost-$label.logits" \
+        > "$dir/lost-$label.out" 2> "$dir/lost-$label.log" && fail "lost-$label: the run succeeded on a lost device"
+      grep -m1 "tpar fault layer: vkQueueSubmit" "$dir/lost-$label.log"
+      grep -m1 "ggml_vulkan: device lost on Vulkan" "$dir/lost-$label.log" ||
+        { tail -20 "$dir/lost-$label.log"; fail "lost-$label: ggml-vulkan did not report the lost device"; }
+    done
+    ;;
+  logging)
+    # tpar's messages go through ggml's logger, so that an application's callback
+    # (llama_log_set, ggml_log_set) sees them: at TPAR_LOG=info the hook's lines reach the
+    # callback at ggml's info level (2), at the default (warning) none of them does.
+    RUN_ARGS="-n 2 --log-prefix [callback]" run info dense.gguf "$pair" tensor TPAR_WIRE=f32
+    check_served info 2
+    grep -q '^\[callback\] 2: tpar: ggml comm: AllReduce over 2 devices' "$dir/info.log" ||
+      fail "info: tpar's message did not reach the log callback at ggml's info level"
+    ! grep -v '^\[callback\]' "$dir/info.log" | grep -q 'ggml comm:' || fail "info: a tpar message bypassed the log callback"
+    echo "== quiet: TPAR_LOG unset"
+    GGML_VK_VISIBLE_DEVICES="$pair" "$BIN/tpar-llama-logits" run -m "$MODELS/dense.gguf" --sm tensor -n 2 \
+      --log-prefix '[callback]' -o "$dir/quiet.logits" > "$dir/quiet.out" 2> "$dir/quiet.log" || fail "quiet: tpar-llama-logits failed"
+    ! grep -q 'tpar: ggml comm' "$dir/quiet.log" || fail "quiet: tpar's info lines were logged at TPAR_LOG's default level"
+    compare quiet info --exact
+    ;;
   shape-steps)
     # A batch of another size at every step, as a server under mixed traffic makes them:
     # 48 steps of 1 to 5 tokens, no two neighbours alike, so that llama.cpp builds every
-    # step's graph anew. Every step's logits must equal the fallback's: with replay (a
-    # subgraph recorded for replay when seen twice, the default), with the rule before
-    # (GGML_VK_REPLAY_EAGER=1: recorded when first seen) and without replay. And replay
-    # must not pay for what it never replays: the default records far fewer subgraphs
-    # for replay than the eager rule, which records every new one.
+    # step's graph anew. Every step's logits must equal the fallback's, with replay (a
+    # subgraph recorded for replay when seen twice) and without. And replay must not pay
+    # for what it never replays: most subgraphs of such a run are seen once, and those are
+    # recorded as usual, not for replay.
     sched=$(awk 'BEGIN { for (k = 0; k < 48; k++) printf "%s%d:%d", (k ? "," : ""), k, 1 + (k * 3) % 5 }')
     RUN_ARGS="--ctx 512 -n 56 --batch-at $sched"
     run ggml dense.gguf "$pair" tensor GGML_VK_DISABLE_TPAR=1
     run tpar dense.gguf "$pair" tensor TPAR_WIRE=f32
-    run tpar-eager dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_REPLAY_EAGER=1
     run tpar-noreplay dense.gguf "$pair" tensor TPAR_WIRE=f32 GGML_VK_DISABLE_REPLAY=1
     recorded() { sed -nE 's/.*ggml-vulkan Vulkan0: [0-9]+ subgraphs replayed, ([0-9]+) recorded for replay.*/\1/p' "$dir/$1.log"; }
-    for label in tpar tpar-eager tpar-noreplay; do
+    once() { sed -nE 's/.*ggml-vulkan Vulkan0: .* ([0-9]+) seen once and recorded as usual.*/\1/p' "$dir/$1.log"; }
+    for label in tpar tpar-noreplay; do
       check_served $label 2
       compare $label ggml --exact
     done
-    mine=$(recorded tpar) eager=$(recorded tpar-eager)
-    echo "recorded for replay: ${mine:-none} by default, ${eager:-none} recording at first sight"
-    [[ -n "$mine" && -n "$eager" ]] || fail "no replay account in the logs"
-    [[ $eager -ge 4 && $((4 * mine)) -le $eager ]] ||
-      fail "the default recorded $mine subgraphs for replay against the eager rule's $eager: it records what it does not replay"
+    mine=$(recorded tpar) seen=$(once tpar)
+    echo "recorded for replay: ${mine:-none}; seen once and recorded as usual: ${seen:-none}"
+    [[ -n "$mine" && -n "$seen" ]] || fail "no replay account in the logs"
+    [[ $seen -ge 12 && $((3 * mine)) -le $seen ]] ||
+      fail "recorded $mine subgraphs for replay against $seen seen once: it records what it does not replay"
     # Two shapes in turn, as a server's slots taking turns make them: llama.cpp builds every
     # step's graph anew (new uids), and the meta backend's nodes repeat every second build.
     # Found by their nodes, those subgraphs replay from their third build on, every step's
@@ -370,6 +442,28 @@ case "$name" in
     turned=$(sed -nE 's/.*ggml-vulkan Vulkan0: ([0-9]+) subgraphs replayed.*/\1/p' "$dir/tpar-turns.log")
     echo "tpar-turns: ${turned:-no} subgraphs replayed"
     [[ ${turned:-0} -gt 0 ]] || fail "tpar-turns: nothing replayed: a graph built anew is not found by its nodes"
+    ;;
+  server-slots)
+    # A llama-server with 16 slots (-np 16: a KV stream each) on the 32-layer model, three
+    # rounds of requests at once pinned to the even slots, then the odd ones, then all of
+    # them, 4 to 96 tokens each (tests/llama/slots_load.py): every request answered, on one
+    # device (-sm none: no tpar, the KV runs' change alone) and through tpar. The same with
+    # a draft model (--model-draft, the dense model on the first device): a second context
+    # on the same devices beside the -sm tensor one, every request answered.
+    [[ -x "$BIN/llama-server" ]] || fail "no llama-server in $BIN"
+    slots_serve() {  # LABEL SM DEVICES [SERVER_ARGS]
+      local label=$1 rc=0
+      SERVER_MODEL=layers32.gguf SERVER_SM=$2 SERVER_DEVICES=$3 SERVER_ARGS=${4:-} server_up "$label" 16 8192 TPAR_WIRE=f32
+      python3 "$here/slots_load.py" --port "$server_port" --slots 16 --rounds 3 --timeout 300 || rc=$?
+      server_down "$label"
+      [[ $rc -eq 0 ]] || fail "$label: a request was not answered"
+      ! grep -q "GGML_ASSERT\|Aborted" "$dir/$label-server.log" || fail "$label: the server aborted"
+    }
+    slots_serve none none 0
+    slots_serve tpar tensor "$pair"
+    check_served tpar-server 2
+    slots_serve draft tensor "$pair" "--model-draft $MODELS/dense.gguf -ngld 99 -devd Vulkan0 --draft-max 4"
+    check_served draft-server 2
     ;;
   server-mixed)
     # llama-server under mixed traffic (scripts/server_load.py --mixed: 1 to several
@@ -438,7 +532,7 @@ case "$name" in
     # on the same two devices: tpar serves every call, and its decode speed falls with the
     # depth no more than the fallback's does. What the attention's growing work costs, both
     # pay; only the AllReduce differs (an earlier Vulkan AllReduce fell from 43.6 to 9 t/s
-    # there). ggml's own AllReduce must also get through: before patch 0011 it crashed in
+    # there). ggml's own AllReduce must also get through: without the lavapipe patch it crashed in
     # lavapipe's queue thread after the first depth (three runs of three): a descriptor
     # set's unused binding still named a prealloc buffer ggml-vulkan had made anew, and
     # lavapipe reads every bound buffer at a dispatch. (Without the patch it ran through at
@@ -478,7 +572,7 @@ case "$name" in
     # glibc, "free(): invalid pointer", as case uneven-split notes; tpar's runs do not.)
     # At 2 devices tpar's sums are ggml's own AllReduce's, bit for bit; at 3 ggml's
     # fallback adds the third device's values first ((a0 + a2) + a1) and tpar in device
-    # order, so they agree within a bound, and tpar with a thread per device equals tpar.
+    # order, so they agree within a bound.
     n=${name#quant-}
     devices=$(printf '0%.0s,' $(seq 1 "$n") | sed 's/,$//')
     [[ $n == 2 ]] && devices=$pair
@@ -491,11 +585,39 @@ case "$name" in
     if [[ $n == 2 ]]; then
       compare tpar ggml --exact
     else
-      run tpar-threads quant.gguf "$devices" tensor TPAR_WIRE=f32 TPAR_GGML_THREADS=1
-      check_served tpar-threads "$n"
       compare tpar ggml --relative 0.001
-      compare tpar-threads tpar --exact
     fi
+    ;;
+  archs)
+    # llama.cpp's own test of its architectures (tests/test-llama-archs.cpp, the pinned
+    # tree's): each architecture's random model on every device alone and through -sm tensor
+    # over all of them (its "Meta" rows), the logits against the CPU's (NMSE at most 1e-4),
+    # with tpar answering -sm tensor's AllReduce, at 2 and at 3 devices. On lavapipe, for
+    # time, ARCHS_2 and ARCHS_3 (GQA, QK norms, a fused QKV, biases, parallel attention and
+    # MLP, sliding-window attention, MoE, attention sinks); ARCHS=all runs every one.
+    archs2=${ARCHS_2:-llama|qwen3|qwen3moe|gemma3|phi3|starcoder2|command-r|gpt-oss}
+    archs3=${ARCHS_3:-llama|qwen3moe|gemma3|gpt-oss}
+    if [[ ${ARCHS:-} == all ]]; then archs2=.; archs3=.; fi
+    for n in 2 3; do
+      devices=$pair; [[ $n == 3 ]] && devices=0,0,0
+      [[ $n == 3 && -n ${TPAR_LLAMA_TRIPLE:-} ]] && devices=$TPAR_LLAMA_TRIPLE
+      a=$archs2; [[ $n == 3 ]] && a=$archs3
+      [[ $a == . ]] || a="^($a)\$"
+      echo "== test-llama-archs -a '$a' on devices $devices"
+      rc=0
+      env GGML_VK_VISIBLE_DEVICES="$devices" TPAR_LOG=info TPAR_WIRE=f32 "$BIN/test-llama-archs" -a "$a" -s 1 -v 4 \
+        > "$dir/archs-$n.out" 2> "$dir/archs-$n.log" || rc=$?
+      sed 's/\x1b\[[0-9;]*m//g' "$dir/archs-$n.out" | grep -E '\| *Meta\||^Summary'
+      summary_line=$(grep '^Summary' "$dir/archs-$n.out" || true)
+      [[ $rc -eq 0 && $summary_line == "Summary: all "*" test(s) passed" ]] || fail "test-llama-archs at $n devices: ${summary_line:-no summary} (exit $rc)"
+      meta=$(sed 's/\x1b\[[0-9;]*m//g' "$dir/archs-$n.out" | grep -cE '\| *Meta\|.*\| *OK ')
+      served=$(grep -c "ggml comm: AllReduce over $n devices" "$dir/archs-$n.log" || true)
+      reduced=$(grep -o 'ggml comm: [0-9]* AllReduces on the GPUs' "$dir/archs-$n.log" | awk '{ s += $3 } END { print s + 0 }')
+      declined=$(grep -o ', [0-9]* declined' "$dir/archs-$n.log" | awk '{ s += $2 } END { print s + 0 }')
+      echo "at $n devices: $meta -sm tensor models checked, tpar set up for $served of them, $reduced AllReduces, $declined declined"
+      [[ $meta -gt 0 && $served -eq $meta ]] || fail "at $n devices: tpar served $served of the $meta -sm tensor models"
+      [[ $reduced -gt 0 && $declined -eq 0 ]] || fail "at $n devices: $reduced AllReduces through tpar, $declined declined"
+    done
     ;;
   quant-mix)
     # tpar-llama-model's quantized types are llama-quantize's: for each mix, a model

@@ -14,7 +14,10 @@
 // a KV stream a sequence (as llama-server's slots), each its own prompt, then feeds every
 // listed sequence one fixed token a step, all in one batch (`--one-by-one`: a batch a
 // sequence), so that a step whose sequences' streams are not adjacent can be checked
-// against the same steps taken one sequence at a time.
+// against the same steps taken one sequence at a time. `--beside MODE` runs a second
+// context in the same process on the same devices (another instance of the model, split
+// by MODE), its every step between the first context's decode and the reading of its
+// logits, as a draft model or a second model of an application's would.
 #include "llama.h"
 
 #include <algorithm>
@@ -32,7 +35,8 @@ namespace {
 
 const char * usage_text =
     "usage: tpar-llama-logits run -m MODEL -o FILE [--sm none|layer|tensor] [--ts A,B,...] [-p TEXT] [-n N]\n"
-    "                             [--ctx N] [--batch-at K:B,... | --seqs S,... [--one-by-one]]\n"
+    "                             [--ctx N] [--batch-at K:B,... | --seqs S,... [--one-by-one] [--kv-runs N]]\n"
+    "                             [--beside none|layer|tensor --beside-output FILE] [--log-prefix TEXT]\n"
     "       tpar-llama-logits compare A B [--exact | --bound X | --relative X]\n"
     "\n"
     "run      loads MODEL on every GPU layer (the devices ggml sees; GGML_VK_VISIBLE_DEVICES\n"
@@ -54,8 +58,17 @@ const char * usage_text =
     "                       S (sequence S without its first S tokens, so each differs), then\n"
     "                       each of the N steps feeds every S one fixed token, in one batch;\n"
     "                       the logits of each S's last prompt token and of every step's\n"
-    "                       rows are kept (S increasing, from 0 to 15)\n"
+    "                       rows are kept (S increasing, from 0 to 63)\n"
     "  --one-by-one         with --seqs: each step feeds the sequences in a batch each\n"
+    "  --kv-runs N          with --seqs: the most runs of adjacent KV streams one batch may\n"
+    "                       join (llama_context_params::n_kv_runs; 1: adjacent streams only)\n"
+    "  --beside MODE        a second context in the same process, on another instance of\n"
+    "                       the model split by MODE, decoding the same prompt and steps;\n"
+    "                       each of its steps runs while the first context's step is in\n"
+    "                       flight (between its decode and the reading of its logits)\n"
+    "  --beside-output FILE where the second context's logits go\n"
+    "  --log-prefix TEXT    llama.cpp's log through a callback (llama_log_set) that writes\n"
+    "                       each message to stderr after TEXT and its level (\"TEXT 3: ...\")\n"
     "compare  compares two files of the same run shape: prints the largest absolute\n"
     "         difference, the largest relative to the larger logit range, and how many\n"
     "         values differ at all; fails when they differ by more than the bound\n"
@@ -232,6 +245,17 @@ int run(const std::vector<std::string> & args) {
     std::vector<std::pair<long, long>> batch_at;  // (step, tokens)
     std::vector<int32_t> seqs;
     bool one_by_one = false;
+    long n_kv_runs = -1;
+    std::string beside_out;
+    llama_split_mode beside_mode = LLAMA_SPLIT_MODE_NONE;
+    bool beside = false;
+    static std::string log_prefix;
+    auto parse_mode = [](const std::string & flag, const std::string & m) {
+        if (m == "none") return LLAMA_SPLIT_MODE_NONE;
+        if (m == "layer") return LLAMA_SPLIT_MODE_LAYER;
+        if (m == "tensor") return LLAMA_SPLIT_MODE_TENSOR;
+        usage_error(flag + " takes none, layer or tensor, not '" + m + "'");
+    };
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string & a = args[i];
         auto value = [&]() -> std::string {
@@ -260,13 +284,17 @@ int run(const std::vector<std::string> & args) {
             seqs.clear();
             for (size_t at = 0; at <= v.size();) {
                 const size_t comma = std::min(v.find(',', at), v.size());
-                const long s = parse_long("--seqs", v.substr(at, comma - at), 0, 15);
+                const long s = parse_long("--seqs", v.substr(at, comma - at), 0, 63);
                 if (!seqs.empty() && s <= seqs.back()) usage_error("--seqs takes increasing sequence ids, not '" + v + "'");
                 seqs.push_back(int32_t(s));
                 at = comma + 1;
             }
         }
         else if (a == "--one-by-one") one_by_one = true;
+        else if (a == "--kv-runs") n_kv_runs = parse_long("--kv-runs", value(), 1, 64);
+        else if (a == "--beside") { beside_mode = parse_mode(a, value()); beside = true; }
+        else if (a == "--beside-output") beside_out = value();
+        else if (a == "--log-prefix") log_prefix = value();
         else if (a == "--ts" || a == "--tensor-split") {
             const std::string v = value();
             split.clear();
@@ -283,48 +311,68 @@ int run(const std::vector<std::string> & args) {
             if (split.size() > llama_max_devices()) usage_error("--ts names more devices than llama.cpp supports");
             if (std::all_of(split.begin(), split.end(), [](float f) { return f == 0.0f; })) usage_error("--ts gives every device nothing");
         }
-        else if (a == "--sm") {
-            const std::string m = value();
-            if (m == "none") mode = LLAMA_SPLIT_MODE_NONE;
-            else if (m == "layer") mode = LLAMA_SPLIT_MODE_LAYER;
-            else if (m == "tensor") mode = LLAMA_SPLIT_MODE_TENSOR;
-            else usage_error("--sm takes none, layer or tensor, not '" + m + "'");
-        } else usage_error("unknown option '" + a + "' for run");
+        else if (a == "--sm") mode = parse_mode(a, value());
+        else usage_error("unknown option '" + a + "' for run");
     }
     if (model_path.empty() || out.empty()) usage_error("run needs -m MODEL and -o FILE");
     if (!seqs.empty() && !batch_at.empty()) usage_error("--seqs and --batch-at do not go together");
     if (one_by_one && seqs.empty()) usage_error("--one-by-one goes with --seqs");
+    if (n_kv_runs > 0 && seqs.empty()) usage_error("--kv-runs goes with --seqs");
+    if (beside != !beside_out.empty()) usage_error("--beside and --beside-output go together");
+    if (beside && !seqs.empty()) usage_error("--beside does not go with --seqs");
 
+    if (!log_prefix.empty()) {
+        llama_log_set([](ggml_log_level level, const char * text, void *) {
+            std::fprintf(stderr, "%s %d: %s", log_prefix.c_str(), int(level), text);
+        }, nullptr);
+    }
     llama_backend_init();
-    llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 9999;
-    mp.split_mode = mode;
     split.resize(llama_max_devices(), 0.0f);
     bool any_split = false;
     for (float f : split) any_split |= f > 0.0f;
-    if (any_split) mp.tensor_split = split.data();
-    llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
-    if (!model) {
-        std::fprintf(stderr, "tpar-llama-logits: cannot load %s\n", model_path.c_str());
-        return 1;
-    }
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = uint32_t(n_ctx);
-    cp.n_batch = uint32_t(n_ctx);
-    cp.n_ubatch = uint32_t(n_ctx);
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;  // -sm tensor needs it; the same everywhere keeps runs comparable
-    if (!seqs.empty()) {
-        cp.n_seq_max = uint32_t(seqs.back() + 1);
-        cp.n_ctx = uint32_t(n_ctx) * cp.n_seq_max;  // n_ctx for each sequence's stream
-        cp.kv_unified = false;
-    }
-    llama_context * ctx = llama_init_from_model(model, cp);
-    if (!ctx) {
-        std::fprintf(stderr, "tpar-llama-logits: cannot create a context\n");
-        llama_model_free(model);
-        return 1;
-    }
-    const llama_vocab * vocab = llama_model_get_vocab(model);
+
+    // One model and context, as the run (or the context beside it) uses them.
+    struct Instance {
+        llama_model * model = nullptr;
+        llama_context * ctx = nullptr;
+        Logits l;
+        ~Instance() {
+            if (ctx) llama_free(ctx);
+            if (model) llama_model_free(model);
+        }
+    };
+    auto open = [&](Instance & in, llama_split_mode m) -> bool {
+        llama_model_params mp = llama_model_default_params();
+        mp.n_gpu_layers = 9999;
+        mp.split_mode = m;
+        if (any_split) mp.tensor_split = split.data();
+        in.model = llama_model_load_from_file(model_path.c_str(), mp);
+        if (!in.model) {
+            std::fprintf(stderr, "tpar-llama-logits: cannot load %s\n", model_path.c_str());
+            return false;
+        }
+        llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = uint32_t(n_ctx);
+        cp.n_batch = uint32_t(n_ctx);
+        cp.n_ubatch = uint32_t(n_ctx);
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;  // -sm tensor needs it; the same everywhere keeps runs comparable
+        if (!seqs.empty()) {
+            cp.n_seq_max = uint32_t(seqs.back() + 1);
+            cp.n_ctx = uint32_t(n_ctx) * cp.n_seq_max;  // n_ctx for each sequence's stream
+            cp.kv_unified = false;
+            if (n_kv_runs > 0) cp.n_kv_runs = uint32_t(n_kv_runs);
+        }
+        in.ctx = llama_init_from_model(in.model, cp);
+        if (!in.ctx) {
+            std::fprintf(stderr, "tpar-llama-logits: cannot create a context\n");
+            return false;
+        }
+        return true;
+    };
+    Instance main_run, beside_run;
+    if (!open(main_run, mode) || (beside && !open(beside_run, beside_mode))) return 1;
+
+    const llama_vocab * vocab = llama_model_get_vocab(main_run.model);
     const int32_t n_vocab = llama_vocab_n_tokens(vocab);
     std::vector<llama_token> tokens(prompt.size() + 8);
     const int32_t n_prompt = llama_tokenize(vocab, prompt.c_str(), int32_t(prompt.size()), tokens.data(), int32_t(tokens.size()), true, false);
@@ -348,68 +396,99 @@ int run(const std::vector<std::string> & args) {
         return 2;
     }
     tokens.resize(size_t(n_prompt));
-
-    Logits l;
-    l.vocab = uint32_t(n_vocab);
-    auto keep = [&](int32_t i, llama_token after) {
-        const float * row = llama_get_logits_ith(ctx, i);
-        l.values.insert(l.values.end(), row, row + n_vocab);
-        l.tokens.push_back(uint32_t(after));
-        ++l.rows;
+    main_run.l.vocab = beside_run.l.vocab = uint32_t(n_vocab);
+    auto keep_in = [&](Instance & in, int32_t i, llama_token after) {
+        const float * row = llama_get_logits_ith(in.ctx, i);
+        in.l.values.insert(in.l.values.end(), row, row + n_vocab);
+        in.l.tokens.push_back(uint32_t(after));
+        ++in.l.rows;
         return int32_t(std::max_element(row, row + n_vocab) - row);
     };
+    auto keep = [&](int32_t i, llama_token after) { return keep_in(main_run, i, after); };
 
-    llama_batch batch = llama_batch_init(std::max<int32_t>(n_prompt, 64), 0, 1);
-    // One sequence: the prompt in one batch, then n_gen steps of tokens_at(g) tokens each.
-    const auto run_one = [&]() -> int {
-        for (int32_t i = 0; i < n_prompt; ++i) {
-            batch.token[i] = tokens[size_t(i)];
-            batch.pos[i] = i;
-            batch.n_seq_id[i] = 1;
-            batch.seq_id[i][0] = 0;
-            batch.logits[i] = 1;
-        }
-        batch.n_tokens = n_prompt;
-        if (llama_decode(ctx, batch) != 0) {
-            std::fprintf(stderr, "tpar-llama-logits: decoding the prompt failed\n");
-            return 1;
-        }
+    // One sequence: the prompt in one batch, then n_gen steps of tokens_at(g) tokens each;
+    // a step's batch is decoded (decode) and then its logits read (read), so that the
+    // context beside runs its own step between the two.
+    struct Stepper {
+        llama_batch batch;
         llama_token next = 0;
-        for (int32_t i = 0; i < n_prompt; ++i) next = keep(i, tokens[size_t(i)]);
-        int32_t pos = n_prompt;
-        for (long g = 0; g < n_gen; ++g) {
+        int32_t pos = 0;
+        std::vector<llama_token> fed;
+        explicit Stepper(int32_t n) : batch(llama_batch_init(n, 0, 1)) {}
+        ~Stepper() { llama_batch_free(batch); }
+    };
+    auto decode = [&](Instance & in, Stepper & st, long g) -> bool {
+        if (g < 0) {
+            for (int32_t i = 0; i < n_prompt; ++i) {
+                st.batch.token[i] = tokens[size_t(i)];
+                st.batch.pos[i] = i;
+                st.batch.n_seq_id[i] = 1;
+                st.batch.seq_id[i][0] = 0;
+                st.batch.logits[i] = 1;
+            }
+            st.batch.n_tokens = n_prompt;
+        } else {
             const int32_t b = int32_t(tokens_at(g));
-            std::vector<llama_token> fed(static_cast<size_t>(b));
+            st.fed.resize(static_cast<size_t>(b));
             for (int32_t k = 0; k < b; ++k) {
-                fed[size_t(k)] = llama_token((int64_t(next) + k) % n_vocab);
-                batch.token[k] = fed[size_t(k)];
-                batch.pos[k] = pos + k;
-                batch.n_seq_id[k] = 1;
-                batch.seq_id[k][0] = 0;
-                batch.logits[k] = 1;
+                st.fed[size_t(k)] = llama_token((int64_t(st.next) + k) % n_vocab);
+                st.batch.token[k] = st.fed[size_t(k)];
+                st.batch.pos[k] = st.pos + k;
+                st.batch.n_seq_id[k] = 1;
+                st.batch.seq_id[k][0] = 0;
+                st.batch.logits[k] = 1;
             }
-            batch.n_tokens = b;
-            if (llama_decode(ctx, batch) != 0) {
-                std::fprintf(stderr, "tpar-llama-logits: decoding step %ld failed\n", g);
-                return 1;
+            st.batch.n_tokens = b;
+        }
+        if (llama_decode(in.ctx, st.batch) != 0) {
+            if (g < 0) std::fprintf(stderr, "tpar-llama-logits: decoding the prompt failed\n");
+            else std::fprintf(stderr, "tpar-llama-logits: decoding step %ld failed\n", g);
+            return false;
+        }
+        return true;
+    };
+    auto read = [&](Instance & in, Stepper & st, long g) {
+        if (g < 0) {
+            for (int32_t i = 0; i < n_prompt; ++i) st.next = keep_in(in, i, tokens[size_t(i)]);
+            st.pos = n_prompt;
+        } else {
+            for (int32_t k = 0; k < st.batch.n_tokens; ++k) st.next = keep_in(in, k, st.fed[size_t(k)]);
+            st.pos += st.batch.n_tokens;
+        }
+    };
+    const auto run_one = [&]() -> int {
+        Stepper a(std::max<int32_t>(n_prompt, 64)), b(std::max<int32_t>(n_prompt, 64));
+        for (long g = -1; g < n_gen; ++g) {
+            if (!decode(main_run, a, g)) return 1;
+            if (beside) {
+                if (!decode(beside_run, b, g)) return 1;
+                read(beside_run, b, g);
             }
-            for (int32_t k = 0; k < b; ++k) next = keep(k, fed[size_t(k)]);
-            pos += b;
+            read(main_run, a, g);
         }
         return 0;
     };
-    int rc = seqs.empty() ? run_one() : run_seqs(ctx, batch, tokens, seqs, n_gen, one_by_one, keep);
-    llama_batch_free(batch);
-    llama_free(ctx);
-    llama_model_free(model);
-    llama_backend_free();
-    if (rc == 0 && !save(out, l)) {
+    int rc = 0;
+    if (seqs.empty()) {
+        rc = run_one();
+    } else {
+        llama_batch batch = llama_batch_init(std::max<int32_t>(n_prompt, 64), 0, 1);
+        rc = run_seqs(main_run.ctx, batch, tokens, seqs, n_gen, one_by_one, keep);
+        llama_batch_free(batch);
+    }
+    if (rc == 0 && !save(out, main_run.l)) {
         std::fprintf(stderr, "tpar-llama-logits: cannot write %s\n", out.c_str());
         rc = 1;
     }
+    if (rc == 0 && beside && !save(beside_out, beside_run.l)) {
+        std::fprintf(stderr, "tpar-llama-logits: cannot write %s\n", beside_out.c_str());
+        rc = 1;
+    }
+    const Logits & l = main_run.l;
     if (rc == 0 && seqs.empty()) {
         std::printf("run: %u rows x %u logits (%d prompt tokens, %ld generated, %ld fed) -> %s\n", l.rows, l.vocab,
                     n_prompt, n_gen, n_fed, out.c_str());
+        if (beside) std::printf("run: beside it, %u rows -> %s\n", beside_run.l.rows, beside_out.c_str());
     } else if (rc == 0) {
         std::printf("run: %u rows x %u logits (%zu sequences, %ld steps, %s) -> %s\n", l.rows, l.vocab, seqs.size(),
                     n_gen, one_by_one ? "a batch a sequence" : "one batch a step", out.c_str());
@@ -434,7 +513,11 @@ int main(int argc, char ** argv) {
             return 0;
         }
     }
-    if (command == "run") return run(args);
+    if (command == "run") {
+        const int rc = run(args);
+        llama_backend_free();
+        return rc;
+    }
     if (command == "compare") return compare(args);
     usage_error("unknown command '" + command + "': use run or compare");
 }

@@ -366,6 +366,14 @@ int main(int argc, char ** argv) {
         else usage_error("unknown option '" + a + "'");
     }
     if (out.empty()) usage_error("-o FILE is required");
+    if (s.layers == 80 && s.embd == 8192) {
+        bool layers_given = false;
+        for (const auto & arg : args) layers_given |= arg == "--layers";
+        if (!layers_given) {
+            std::fprintf(stderr, "tpar-llama-model: all 80 of Llama-3-70B's layers: about 75 GB at q8_0, 42 GB at q4_k_m, on disk and "
+                                 "across the GPUs; --layers 20 makes a quarter of it\n");
+        }
+    }
     if (s.embd % s.heads) usage_error("--embd must be a multiple of --heads");
     if (s.heads % s.heads_kv) usage_error("--heads-kv must divide --heads");
     if (s.embd % 32 || s.ff % 32) usage_error("--embd and --ff must be multiples of 32 (the q8_0 block)");
