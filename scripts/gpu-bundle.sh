@@ -75,7 +75,12 @@ if [[ $mixed -eq 1 ]]; then
   pack "$build/tests/numerics"
   "$root/scripts/lavapipe-pack.sh" "$out/lvp.tar.xz" >&2
 else
-  for p in llama-bench llama-batched-bench llama-server llama-quantize tpar-llama-model tpar-llama-logits; do pack "$root/build-llama/build/bin/$p"; done
+  for p in llama-bench llama-batched-bench llama-server llama-quantize tpar-llama-model tpar-llama-logits test-llama-archs; do pack "$root/build-llama/build/bin/$p"; done
+  # the Vulkan layer of the llama.cpp case off-switch (a lost device, the extensions asked for)
+  mkdir -p "$out/layer"
+  gcc -shared -fPIC -O2 -fvisibility=hidden -o "$out/layer/libtpar_fault_layer.so" "$root/tests/llama/fault_layer.c" ||
+    { say "building the fault layer failed"; exit 1; }
+  sed 's|@TPAR_FAULT_LAYER_PATH@|./libtpar_fault_layer.so|' "$root/tests/llama/fault_layer.json.in" > "$out/layer/VK_LAYER_TPAR_fault.json"
   if [[ -n "$old_ref" ]]; then
     mkdir -p "$out/bin-old"
     pack "$root/build-llama-old/build-$old_ref/build/bin/llama-bench" bin-old

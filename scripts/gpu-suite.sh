@@ -10,8 +10,10 @@
 #   env       the stamp alone (tpar-info, nvidia-smi)
 #   tests     tpar's test programs (NativeImport on NVIDIA; over the GPUs where there are
 #             two or more, else the first GPU opened as several devices), then part cases
-#   cases     the llama.cpp cases dense-2, decode-growth, quant-2 (a Q4_K_M model) and slots-apart on
-#             two GPUs (logits equal to ggml's own AllReduce's)
+#   cases     the llama.cpp cases (tests/llama/case.sh) on two GPUs: dense-2, decode-growth, quant-2
+#             (a Q4_K_M model), slots-apart, slots-many, two-contexts, off-switch, logging and
+#             archs (llama.cpp's test-llama-archs through tpar, every architecture, at 2 and 3
+#             devices); CASES picks some
 #   sweep     tpar-bench from 4 KiB to 256 MiB by 4, -r 3, on 2 and on all GPUs, each into a
 #             log of its own (sweep-KIND-nN.txt, what docs/perf/report.py reads): NativeImport
 #             with the link probe first and every wire (link-native), the runtime's choice
@@ -25,9 +27,8 @@
 #   chain     tpar-bench --chain 64 at 4/16/64 KiB, with and without 58 MiB of weights a
 #             dispatch, wirings streams, semaphores and threads, on 2 and on all GPUs
 #   llama     llama-bench -fa 1 on 1, 2 and all GPUs: -sm none, layer, tensor with ggml's
-#             AllReduce, tensor with tpar before (no replay, one thread: the same binary
-#             with GGML_VK_DISABLE_REPLAY=1), after (the defaults), and after with a thread
-#             per device (TPAR_GGML_THREADS=1);
+#             AllReduce, tensor with tpar before (the replay patch off: the same binary
+#             with GGML_VK_DISABLE_REPLAY=1) and after (the defaults);
 #             Llama-3-8B's shapes (pp512, tg128; and -d 8192 -n 128 on 2 GPUs) and
 #             Llama-3-70B's with 20 of 80 layers (pp512, tg64)
 #   move      llama.cpp's move to a newer tree: the same models through the bundle's
@@ -58,13 +59,9 @@
 #             timing of every op of 8B decode (GGML_VK_PERF_LOGGER) on one GPU and on
 #             each of two, DECODE_N=4 runs the chain and the tensor rows on 4 devices
 #             (labels tpar4-...), DECODE_ROWS picks the tensor rows (some of
-#             auto,oneshot,relay,relay-t1,relay-t2,relay-t4,relay-t8,relay-hold1,ride-off,barrier-start,nowarm,skip;
-#             default all but relay-t2, relay-t4, relay-t8, ride-off, barrier-start, nowarm and skip; ride-off:
-#             TPAR_RELAY_RIDE=0, the relay's kernels in tpar's own command buffers;
-#             barrier-start: GGML_VK_BARRIER_AT_START=1, each command buffer of
-#             ggml-vulkan's starting with its barrier, as before patch 0017; nowarm:
-#             GGML_VK_WARM_MIB=0, no reads of weights beside the riding kernel (as
-#             before patch 0018); skip:
+#             auto,oneshot,relay,relay-t1,relay-t2,relay-t4,relay-t8,relay-hold1,ride-off,skip;
+#             default all but relay-t2, relay-t4, relay-t8, ride-off and skip; ride-off:
+#             TPAR_RELAY_RIDE=0, the relay's kernels in tpar's own command buffers; skip:
 #             TPAR_GGML_SKIP_ALLREDUCE=1, every AllReduce accepted and not summed, the
 #             token's bound with free boundaries, wrong results), DECODE_TRACE=1 adds a 2-GPU 8B
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
@@ -72,7 +69,7 @@
 #             its own command buffers; default "oneshot relay"; traces-decode.tar.xz)
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
-#             before, after and with the threads, on 2 and all GPUs
+#             before and after, on 2 and all GPUs
 #   cuda      the CUDA anchor: the pinned llama.cpp (scripts/llama.sh's) built here with ggml-cuda (nvcc, sm_90;
 #             NCCL from PyTorch's wheel), llama-bench on the same models: -sm none, and
 #             -sm tensor on 2 and all GPUs with GGML_CUDA_ALLREDUCE=internal, nccl, and nccl
@@ -87,19 +84,15 @@
 #             (server_load.py --mixed 16 --seed 1: 1 to 10 requests at once, prompts of 3 to
 #             400 words, 8 to 256 tokens, temperature 0 or 0.7, cache_prompt for half),
 #             the same requests in every mode: -sm none, -sm layer, -sm tensor with tpar
-#             (replay recording a subgraph when seen twice, the default), tpar recording
-#             at first sight (GGML_VK_REPLAY_EAGER=1, as before), tpar without replay, and
-#             ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,
+#             (replay recording a subgraph when seen twice, the default), tpar without
+#             replay, and ggml's own AllReduce; MIXED_MODES picks some of none,layer,tpar,
 #             none-adjacent and tpar-adjacent (a step's slots in one ubatch only where their
-#             KV streams are adjacent, as before patch 0016: LLAMA_KV_GAPS_DISABLE=1),tpar-oneshot,
+#             KV streams are adjacent: llama-server --kv-runs 1),tpar-oneshot,
 #             tpar-relay-tN (N relay threads, 1 to 16: TPAR_RELAY_THREADS=N; tpar-relay-t4 four),
 #             tpar-relay256 (the relay up to 256 KiB: TPAR_RELAY_MAX=256K),tpar-ride-off (the
-#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-barrier-start
-#             (ggml-vulkan's command buffers starting with their barrier, as before patch
-#             0017: GGML_VK_BARRIER_AT_START=1),tpar-nowarm (no reads of weights
-#             beside the riding kernel, as before patch 0018: GGML_VK_WARM_MIB=0),tpar-skip (the
+#             relay in tpar's own command buffers: TPAR_RELAY_RIDE=0),tpar-skip (the
 #             bound with free boundaries: TPAR_GGML_SKIP_ALLREDUCE=1, timing only),tpar-depth8
-#             (TPAR_DEPTH=8: eight calls in flight at every size),tpar-eager,
+#             (TPAR_DEPTH=8: eight calls in flight at every size),
 #             tpar-noreplay,ggml and adds steady (llama-bench 8B tg128 under each replay
 #             rule) and trace (a host-only trace of 8 mixed steps after the first 400,
 #             MIXED_TRACE_SPAN and MIXED_TRACE_SKIP set those counts; traces-mixed.tar.xz;
@@ -116,8 +109,7 @@
 #             sequences at once (-npp 128 -ntg 128 -npl 1,2,3,4), a server's decode steps
 #             without the server: -sm none on one GPU, -sm tensor with tpar on 2;
 #             BATCHED_ROWS picks the tensor rows (some of auto, relay-tN: TPAR_RELAY_THREADS=N, 1 to 16,
-#             oneshot, barrier-start: GGML_VK_BARRIER_AT_START=1, nowarm: GGML_VK_WARM_MIB=0,
-#             skip: free boundaries,
+#             oneshot, skip: free boundaries,
 #             timing only, ggml; default auto,relay-t4,skip),
 #             BATCHED_MODELS some of 8b,8b-q4_k_m (default 8b)
 #   server-steps  llama-server on the 8B shapes, 4 slots: scripts/server_steps.py's
@@ -253,12 +245,12 @@ model() {  # NAME ARGS...: the model file, made once
   echo "$f"
 }
 
-# The same binary before and after: replay off (as at 2d4dcbc), replay (the default), and
-# replay with a thread per device (TPAR_GGML_THREADS=1).
+# The same binary before and after: the replay patch off (GGML_VK_DISABLE_REPLAY=1: no
+# replay, tpar's kernels in tpar's own command buffers, barriers as ggml-vulkan has them),
+# and the defaults.
 declare -A variant=(
   [before]="GGML_VK_DISABLE_REPLAY=1"
   [after]=""
-  [threads]="TPAR_GGML_THREADS=1"
 )
 
 bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into the log
@@ -313,17 +305,27 @@ run_tests() {
 }
 
 run_cases() {
-  local dense quant c
+  local dense quant l8 l32 c
   dense=$(model tiny "--preset" tiny) || return
   quant=$(model quant-q4_k_m --preset tiny --embd 1536 --heads 24 --heads-kv 12 --ff 3072 --layers 2 --type q4_k_m) || return
+  l8=$(model layers8-f16 --preset tiny --layers 8 --type f16) || return
+  l32=$(model layers32-f16 --layers 32 --embd 256 --heads 4 --heads-kv 2 --ff 512 --type f16) || return
   mkdir -p "$models/cases"
   cp "$dense" "$models/cases/dense.gguf"
   cp "$quant" "$models/cases/quant.gguf"
-  for c in dense-2 decode-growth quant-2 slots-apart; do
+  cp "$l8" "$models/cases/layers8.gguf"
+  cp "$l32" "$models/cases/layers32.gguf"
+  # three devices: three GPUs, or where there are two, the second opened twice
+  local triple=0,1,1
+  [[ $virtual -gt 0 || $all -ge 3 ]] && triple=$(visible 3)
+  # every architecture of llama.cpp's test-llama-archs (ARCHS=all), the rest as on lavapipe
+  for c in ${CASES:-dense-2 decode-growth quant-2 slots-apart slots-many two-contexts off-switch logging archs}; do
     echo "## case $c on devices $(visible 2)" >> "$log"
-    BIN=$bin MODELS=$models/cases WORK=/tmp/tpar-cases TPAR_LLAMA_PAIR=$(visible 2) TPAR_TEST_DEVICES=gpus \
-      "$root/tests/llama/case.sh" "$c" > "$out/case.tmp" 2>&1 || part_fail "case $c"
-    grep -vE "^(tpar info: ggml comm: AllReduce over|run: )" "$out/case.tmp" | tail -25 >> "$log"
+    local start=$SECONDS
+    BIN=$bin MODELS=$models/cases WORK=/tmp/tpar-cases LAYER=$bundle/layer TPAR_LLAMA_PAIR=$(visible 2) TPAR_LLAMA_TRIPLE=$triple \
+      TPAR_TEST_DEVICES=gpus ARCHS=all "$root/tests/llama/case.sh" "$c" > "$out/case.tmp" 2>&1 || part_fail "case $c"
+    grep -vE "^(tpar: ggml comm: AllReduce over|tpar info: ggml comm: AllReduce over|run: )" "$out/case.tmp" | tail -25 >> "$log"
+    echo "# case $c: $((SECONDS - start)) s" >> "$log"
   done
 }
 
@@ -416,7 +418,7 @@ run_chain() {
 variants() {
   local n v
   for n in 2 "$all"; do
-    for v in before after threads; do
+    for v in before after; do
       # shellcheck disable=SC2086
       bench "tpar$n-$v-$1" "$2" "$n" tensor "$3" ${variant[$v]}
     done
@@ -558,11 +560,9 @@ run_batched() {
         auto) batched_one "tpar-$name" "$m" 2 tensor ;;
         relay-t[1-9] | relay-t1[0-6]) batched_one "tpar-$row-$name" "$m" 2 tensor TPAR_RELAY_THREADS=${row#relay-t} ;;
         oneshot) batched_one "tpar-oneshot-$name" "$m" 2 tensor TPAR_ALGO=oneshot ;;
-        barrier-start) batched_one "tpar-barrier-start-$name" "$m" 2 tensor GGML_VK_BARRIER_AT_START=1 ;;
-        nowarm) batched_one "tpar-nowarm-$name" "$m" 2 tensor GGML_VK_WARM_MIB=0 ;;
         skip) batched_one "tpar-skip-$name" "$m" 2 tensor TPAR_GGML_SKIP_ALLREDUCE=1 ;;
         ggml) batched_one "ggml-$name" "$m" 2 tensor GGML_VK_DISABLE_TPAR=1 ;;
-        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t1 to relay-t16, oneshot, barrier-start, nowarm, skip, ggml)" ;;
+        *) part_fail "BATCHED_ROWS: no row $row (auto, relay-t1 to relay-t16, oneshot, skip, ggml)" ;;
       esac
     done
     batched_one "none-$name-last" "$m" 1 none
@@ -637,7 +637,7 @@ run_server_mixed() {
   # untimed warm-up requests first, so that the first server on a machine does not pay alone
   # for compiling its GPU programs into the driver's cache
   [[ ${MIXED_WARM:-1} == 0 ]] || load+=" --warm"
-  local modes=${MIXED_MODES:-none,layer,tpar,tpar-eager,tpar-noreplay,ggml}
+  local modes=${MIXED_MODES:-none,layer,tpar,tpar-noreplay,ggml}
   local passes=${MIXED_PASSES:-1} pass p order
   [[ $passes =~ ^[1-9]$ ]] || { part_fail "MIXED_PASSES: a number of passes from 1 to 9, not '$passes'"; return; }
   for ((pass = 1; pass <= passes; pass++)); do
@@ -659,23 +659,18 @@ run_server_mixed() {
         none) serve_load mixed-none$kvu$p none 1 4 16384 "$load" ;;
         layer) serve_load mixed-layer$kvu$p layer 2 4 16384 "$load" ;;
         tpar) serve_load mixed-tpar$kvu$p tensor 2 4 16384 "$load" ;;
-        # a step's slots in one ubatch only where their KV streams are adjacent, as before patch 0016
-        none-adjacent) serve_load mixed-none-adjacent$p none 1 4 16384 "$load" LLAMA_KV_GAPS_DISABLE=1 ;;
-        tpar-adjacent) serve_load mixed-tpar-adjacent$p tensor 2 4 16384 "$load" LLAMA_KV_GAPS_DISABLE=1 ;;
+        # a step's slots in one ubatch only where their KV streams are adjacent (--kv-runs 1, llama.cpp's rule without patch 7)
+        none-adjacent) srv_args="--kv-runs 1" serve_load mixed-none-adjacent$p none 1 4 16384 "$load" ;;
+        tpar-adjacent) srv_args="--kv-runs 1" serve_load mixed-tpar-adjacent$p tensor 2 4 16384 "$load" ;;
         tpar-oneshot) serve_load mixed-tpar-oneshot$p tensor 2 4 16384 "$load" TPAR_ALGO=oneshot ;;
         tpar-relay-t[1-9] | tpar-relay-t1[0-6]) serve_load mixed-$mode$p tensor 2 4 16384 "$load" TPAR_RELAY_THREADS=${mode#tpar-relay-t} ;;
         tpar-relay256) serve_load mixed-tpar-relay256$p tensor 2 4 16384 "$load" TPAR_RELAY_MAX=256K ;;
         # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
         tpar-ride-off) serve_load mixed-tpar-ride-off$p tensor 2 4 16384 "$load" TPAR_RELAY_RIDE=0 ;;
-        # ggml-vulkan's command buffers starting with their barrier, as before patch 0017
-        tpar-barrier-start) serve_load mixed-tpar-barrier-start$p tensor 2 4 16384 "$load" GGML_VK_BARRIER_AT_START=1 ;;
-        # no reads of weights beside the riding kernel, as before patch 0018
-        tpar-nowarm) serve_load mixed-tpar-nowarm$p tensor 2 4 16384 "$load" GGML_VK_WARM_MIB=0 ;;
         # the bound with free boundaries: every AllReduce accepted and not summed (timing only)
         tpar-skip) serve_load mixed-tpar-skip$p tensor 2 4 16384 "$load" TPAR_GGML_SKIP_ALLREDUCE=1 ;;
         # eight calls in flight whatever their size (the default: as many as 8 MiB of staging holds, at least 2)
         tpar-depth8) serve_load mixed-tpar-depth8$p tensor 2 4 16384 "$load" TPAR_DEPTH=8 ;;
-        tpar-eager) serve_load mixed-tpar-eager$p tensor 2 4 16384 "$load" GGML_VK_REPLAY_EAGER=1 ;;
         tpar-noreplay) serve_load mixed-tpar-noreplay$kvu$p tensor 2 4 16384 "$load" GGML_VK_DISABLE_REPLAY=1 ;;
         ggml) serve_load mixed-ggml$kvu$p tensor 2 4 16384 "$load" GGML_VK_DISABLE_TPAR=1 ;;
         steady)  # steady decode, the same replay rules: llama-bench on the 8B shapes
@@ -684,7 +679,6 @@ run_server_mixed() {
           local k
           for k in 1 2; do  # twice, taking turns
             bench replay-second-8b-$k "$m8" 2 tensor "-p 0 -n 128"
-            bench replay-eager-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_REPLAY_EAGER=1
             bench replay-off-8b-$k "$m8" 2 tensor "-p 0 -n 128" GGML_VK_DISABLE_REPLAY=1
           done ;;
         trace|trace-none|trace-skip)  # the host's time in mixed steps (no GPU stamps): tpar (default replay), one GPU, free boundaries
@@ -700,7 +694,7 @@ run_server_mixed() {
           else
             part_fail "no trace of the mixed steps ($tl)"
           fi ;;
-        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t1 to tpar-relay-t16, tpar-relay256, tpar-ride-off, tpar-barrier-start, tpar-nowarm, tpar-skip, tpar-depth8, tpar-eager, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
+        *) part_fail "MIXED_MODES: no mode $mode (none, layer, tpar, none-adjacent, tpar-adjacent, tpar-oneshot, tpar-relay-t1 to tpar-relay-t16, tpar-relay256, tpar-ride-off, tpar-skip, tpar-depth8, tpar-noreplay, ggml, steady, trace; none, layer, tpar, tpar-noreplay and ggml also with -kvu)" ;;
       esac
     done
   done
@@ -848,10 +842,6 @@ decode_rows() {  # TAG MODEL ARGS (on DECODE_N devices, default 2)
   [[ $rows == *,relay-hold1,* ]] && bench "tpar$k-relay-hold1-$1" "$2" "$k" tensor "$3" TPAR_ALGO=relay TPAR_STREAM_HOLD=1
   # the relay's kernels in tpar's own command buffers, not riding in ggml-vulkan's
   [[ $rows == *,ride-off,* ]] && bench "tpar$k-ride-off-$1" "$2" "$k" tensor "$3" TPAR_RELAY_RIDE=0
-  # ggml-vulkan's command buffers starting with their barrier, as before patch 0017
-  [[ $rows == *,barrier-start,* ]] && bench "tpar$k-barrier-start-$1" "$2" "$k" tensor "$3" GGML_VK_BARRIER_AT_START=1
-  # no reads of weights beside the riding kernel, as before patch 0018
-  [[ $rows == *,nowarm,* ]] && bench "tpar$k-nowarm-$1" "$2" "$k" tensor "$3" GGML_VK_WARM_MIB=0
   # the token's bound: every AllReduce accepted and not summed (wrong results, timing only)
   [[ $rows == *,skip,* ]] && bench "tpar$k-skip-$1" "$2" "$k" tensor "$3" TPAR_GGML_SKIP_ALLREDUCE=1
   # one GPU again: the first run after a model is made can find the GPU cold
@@ -992,7 +982,7 @@ run_trace() {
   trace_one host-none-8b "$m8" 1 none 0
   local v
   for n in 2 "$all"; do
-    for v in before after threads; do
+    for v in before after; do
       # shellcheck disable=SC2086
       trace_one "host-tpar$n-$v-8b" "$m8" "$n" tensor 0 ${variant[$v]}
     done
