@@ -14,7 +14,9 @@
 # Exit 0: all compiled and linked; 1: something did not; 77: no cross compiler here
 # (ctest reports a skip; scripts/setup.sh test installs one).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+here=${BASH_SOURCE[0]%/*}
+[[ $here == "${BASH_SOURCE[0]}" ]] && here=.
+root=$(cd "$here/.." && pwd)
 case "${1:-}" in
   -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
 esac
@@ -28,6 +30,9 @@ pick() {  # the first of the given compilers that is on PATH and uses POSIX thre
   done
   return 1
 }
+for named in "${MINGW_CXX:-}" "${MINGW_CC:-}"; do
+  [[ -z $named ]] || command -v "$named" >/dev/null || { echo "mingw-check: $named (MINGW_CXX/MINGW_CC) not found"; exit 1; }
+done
 cxx=${MINGW_CXX:-$(pick x86_64-w64-mingw32-g++-posix x86_64-w64-mingw32-g++ || true)}
 cc=${MINGW_CC:-$(pick x86_64-w64-mingw32-gcc-posix x86_64-w64-mingw32-gcc || true)}
 if [[ -z $cxx || -z $cc ]]; then
@@ -77,7 +82,11 @@ static_assert(tpar::detail::os::windows, "not a Windows build");
 static_assert(!tpar::detail::os::semaphore_sharing_blocker.empty());
 static_assert(tpar::detail::os::semaphore_sharing_blocker.find("OPAQUE_WIN32") != std::string_view::npos);
 static_assert(std::string_view(tpar::detail::os::loader_names[0]) == "vulkan-1.dll");
-// The macros of <windows.h> that would rename these are gone.
+// The macros of <windows.h> that would rename these are gone (DeviceCapabilities would
+// turn tpar's type into DeviceCapabilitiesA everywhere, silently).
+#if defined(MemoryBarrier) || defined(DeviceCapabilities)
+#error "a macro of <windows.h> renames vk::MemoryBarrier or tpar::DeviceCapabilities"
+#endif
 static_assert(sizeof(vk::MemoryBarrier) == sizeof(VkMemoryBarrier));
 static_assert(sizeof(tpar::DeviceCapabilities) > 0);
 int main() { return 0; }
@@ -88,6 +97,7 @@ pids=() names=()
 job() {  # job NAME COMMAND...: run in the background, its output in $work/NAME.log
   local name=$1
   shift
+  echo "mingw-check: \$ $*"
   ( local t=$SECONDS; if nice -n 10 "$@" >"$work/$name.log" 2>&1; then echo "ok $((SECONDS - t))" >"$work/$name.status"
     else echo "FAILED $((SECONDS - t))" >"$work/$name.status"; fi ) &
   pids+=($!) names+=("$name")
@@ -121,6 +131,7 @@ report
 link() {  # link NAME OUTPUT ARGS...
   local name=$1 out=$2
   shift 2
+  echo "mingw-check: \$ $cxx -o $out $*"
   if "$cxx" -o "$out" "$@" >"$work/$name.log" 2>&1; then echo "mingw-check: $name: linked $(basename "$out") ($(stat -c %s "$out") bytes)"
   else echo "mingw-check: $name: FAILED:"; sed 's/^/  /' "$work/$name.log" | head -40; failed=1; fi
 }
@@ -131,6 +142,7 @@ link headers "$work/headers.exe" "$work/headers.o"
   echo "EXPORTS"
   "$nm" -u "$work/test_c_api.o" "$work/c_api_impl_static.o" | awk '$2 ~ /^vk/ {print "  " $2}' | LC_ALL=C sort -u
 } >"$work/vulkan-1.def"
+echo "mingw-check: \$ $dlltool -d $work/vulkan-1.def -l $work/libvulkan-1.a"
 "$dlltool" -d "$work/vulkan-1.def" -l "$work/libvulkan-1.a"
 echo "mingw-check: import library for vulkan-1.dll: $(($(wc -l <"$work/vulkan-1.def") - 2)) functions"
 link c_api_dynamic "$work/c_api_dynamic.exe" "$work/test_c_api.o" "$work/c_api_impl_dynamic.o" -L"$work" -lvulkan-1
