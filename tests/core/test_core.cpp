@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 #include <tpar/core/error.hpp>
 #include <tpar/core/options.hpp>
+#include <tpar/detail/platform.hpp>
 #include <tpar/detail/wire_codec.hpp>
 #include <tpar/staging/capacity.hpp>
 
@@ -8,6 +9,8 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <string>
+#include <thread>
 
 using namespace tpar;
 
@@ -201,4 +204,38 @@ TEST_CASE("staging capacity: shrinks after a prefill, and stops following a serv
     for (std::size_t i = 0; i <= (Capacity::window << Capacity::max_doublings) && !shrank; ++i) shrank = c.update(token).has_value();
     CHECK(shrank);
   }
+}
+
+TEST_CASE("the platform's paths: staging pages, thread names, the loader") {
+  namespace os = detail::os;
+  // Zeroed, page-aligned, writable pages, as HostImport maps for every device to import.
+  const std::size_t bytes = 3 * 4096 + 17;
+  auto* p = static_cast<unsigned char*>(os::map_pages(bytes));
+  REQUIRE(p);
+  CHECK(reinterpret_cast<std::uintptr_t>(p) % 4096 == 0);
+  bool zero = true;
+  for (std::size_t i = 0; i < bytes; ++i) zero = zero && p[i] == 0;
+  CHECK(zero);
+  p[0] = 1;
+  p[bytes - 1] = 2;
+  CHECK(p[0] + p[bytes - 1] == 3);
+  os::unmap_pages(p, bytes);
+  os::unmap_pages(nullptr, 0);  // nothing to unmap: nothing happens
+
+  // A thread's name, cut to the 15 characters Linux keeps.
+  std::string seen;
+  std::thread([&] {
+    os::name_this_thread("tpar-name-check-longer-than-15");
+#if defined(__linux__)
+    char buf[32] = {};
+    if (::pthread_getname_np(::pthread_self(), buf, sizeof buf) == 0) seen = buf;
+#endif
+  }).join();
+#if defined(__linux__)
+  CHECK(seen == "tpar-name-check");
+#endif
+
+  // No such library: null, not a crash.
+  CHECK(os::open_library("/nonexistent/libtpar-none.so") == nullptr);
+  CHECK_FALSE(os::loader_hint.empty());
 }

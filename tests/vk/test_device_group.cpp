@@ -80,6 +80,33 @@ TEST_CASE("lavapipe's capabilities: host import yes, exportable timelines no, so
   CHECK(gate.blocker.find("ProxyBridge") == std::string::npos);
 }
 
+TEST_CASE("the sync gate where the platform shares no semaphores (Windows): ProxyBridge, the platform the reason") {
+  std::vector<DeviceCapabilities> caps(2);
+  for (auto& c : caps) {  // as an NVIDIA GPU on Linux: export and import OPAQUE_FD timelines
+    c.name = "GPU";
+    c.timeline_semaphores = c.external_semaphore_fd = c.timeline_fd_exportable = c.timeline_fd_importable = true;
+  }
+  const bool enabled[] = {true, true};
+  CHECK(sync_gate(caps, enabled, "").native_possible);
+  // This build's own platform: Linux shares them, Windows does not.
+  CHECK(sync_gate(caps, enabled).native_possible == !detail::os::windows);
+  const std::string_view windows = detail::os::windows_semaphore_blocker;
+  const SyncGate gate = sync_gate(caps, enabled, windows);
+  CHECK_FALSE(gate.native_possible);
+  CHECK(gate.choice == SyncKind::proxy_bridge);
+  CHECK(gate.blocker == windows);
+  CHECK(gate.reason == std::string(windows) + ", so ProxyBridge forwards progress on a host thread");
+  CHECK(gate.blocker.find("OPAQUE_WIN32") != std::string::npos);
+  // The platform's reason comes before any device's.
+  caps[1].external_semaphore_fd = false;
+  CHECK(sync_gate(caps, enabled, windows).blocker == windows);
+  CHECK(sync_gate(caps, enabled, "").blocker.find("device 1 (GPU) does not support VK_KHR_external_semaphore_fd") !=
+        std::string::npos);
+  // One device needs no cross-device sync on any platform.
+  CHECK(sync_gate(std::span(caps).first(1), std::span(enabled).first(1), windows).reason ==
+        "a single device needs no cross-device sync");
+}
+
 TEST_CASE("selection by index, name and UUID") {
   if (use_real_gpus()) return;
   ValidationLog log;
@@ -111,6 +138,15 @@ TEST_CASE("errors: no loader, no driver, no device, no match, missing feature, b
   GroupOptions bare;
   bare.loader = "/nonexistent/libvulkan.so.1";
   CHECK(code_of([&] { DeviceGroup::create(bare); }) == ErrorCode::no_loader);
+  if (detail::dynamic_dispatch) {  // the library named, and what to install
+    try {
+      DeviceGroup::create(bare);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("cannot load the Vulkan loader (/nonexistent/libvulkan.so.1)") != std::string::npos);
+      CHECK(what.find(detail::os::loader_hint) != std::string::npos);
+    }
+  }
 
   {
     ScopedEnv a("VK_DRIVER_FILES", "/nonexistent/icd.json"), b("VK_ICD_FILENAMES", "/nonexistent/icd.json");

@@ -12,6 +12,9 @@
 // Vulkan-Hpp configuration: include vulkan.hpp (or define its macros) before tpar.
 #include <vulkan/vulkan.hpp>
 
+// Before any tpar name: on Windows, <windows.h> without the macros that would rename them.
+#include <tpar/detail/platform.hpp>
+
 #include <cstdint>
 
 #if VK_HEADER_VERSION < 239

@@ -4,15 +4,10 @@
 #pragma once
 
 #include <tpar/core/error.hpp>
+#include <tpar/detail/platform.hpp>
 
 #include <mutex>
 #include <string>
-
-#if defined(_WIN32)
-#include <windows.h>
-#else
-#include <dlfcn.h>
-#endif
 
 namespace tpar::inline v0::detail {
 
@@ -31,27 +26,20 @@ inline bool ensure_loader([[maybe_unused]] const std::string& library) {
   static std::mutex mutex;
   std::lock_guard lock(mutex);
   if (library.empty() && VULKAN_HPP_DEFAULT_DISPATCHER.vkGetInstanceProcAddr) return false;
-  const char* names[] = {library.c_str(), nullptr};
-#if defined(_WIN32)
-  if (library.empty()) names[0] = "vulkan-1.dll";
-  HMODULE handle = nullptr;
-  for (const char* n : names)
-    if (n && !handle) handle = ::LoadLibraryA(n);
-  auto gipa = handle ? reinterpret_cast<PFN_vkGetInstanceProcAddr>(::GetProcAddress(handle, "vkGetInstanceProcAddr")) : nullptr;
-#else
-  if (library.empty()) {
-    names[0] = "libvulkan.so.1";
-    names[1] = "libvulkan.so";
-  }
   void* handle = nullptr;
-  for (const char* n : names)
-    if (n && !handle) handle = ::dlopen(n, RTLD_NOW | RTLD_LOCAL);
-  auto gipa = handle ? reinterpret_cast<PFN_vkGetInstanceProcAddr>(::dlsym(handle, "vkGetInstanceProcAddr")) : nullptr;
-#endif
+  std::string tried = library;
+  if (!library.empty()) {
+    handle = os::open_library(library.c_str());
+  } else {
+    for (const char* n : os::loader_names) {
+      if (handle) break;
+      handle = os::open_library(n);
+      tried += (tried.empty() ? "" : ", ") + std::string(n);
+    }
+  }
+  auto gipa = handle ? os::library_function<PFN_vkGetInstanceProcAddr>(handle, "vkGetInstanceProcAddr") : nullptr;
   if (!gipa)
-    throw Error(ErrorCode::no_loader,
-                "cannot load the Vulkan loader (" + (library.empty() ? std::string("libvulkan.so.1") : library) +
-                    "): install it (Debian/Ubuntu: apt-get install libvulkan1) or point to it");
+    throw Error(ErrorCode::no_loader, "cannot load the Vulkan loader (" + tried + "): " + std::string(os::loader_hint));
   // The handle stays open for the life of the process: function pointers from it live on
   // in the default dispatcher.
   VULKAN_HPP_DEFAULT_DISPATCHER.init(gipa);

@@ -6,17 +6,12 @@
 #pragma once
 
 #include <tpar/detail/align.hpp>
+#include <tpar/detail/platform.hpp>
 #include <tpar/vk/device_group.hpp>
 
 #include <memory>
 #include <string_view>
 #include <vector>
-
-#if defined(_WIN32)
-#include <windows.h>
-#else
-#include <sys/mman.h>
-#endif
 
 namespace tpar::inline v0 {
 
@@ -26,29 +21,17 @@ namespace detail {
 // holds an import of it.
 class HostAllocation {
  public:
-  explicit HostAllocation(std::size_t bytes) : bytes_(bytes) {
-#if defined(_WIN32)
-    ptr_ = ::VirtualAlloc(nullptr, bytes, MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE);
-#else
-    ptr_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (ptr_ == MAP_FAILED) ptr_ = nullptr;
-#endif
+  explicit HostAllocation(std::size_t bytes) : ptr_(os::map_pages(bytes)), bytes_(bytes) {
     if (!ptr_) throw Error(ErrorCode::out_of_memory, "cannot map " + std::to_string(bytes) + " bytes of host staging");
   }
   HostAllocation(const HostAllocation&) = delete;
   HostAllocation& operator=(const HostAllocation&) = delete;
-  ~HostAllocation() {
-#if defined(_WIN32)
-    ::VirtualFree(ptr_, 0, MEM_RELEASE);
-#else
-    ::munmap(ptr_, bytes_);
-#endif
-  }
+  ~HostAllocation() { os::unmap_pages(ptr_, bytes_); }
   void* data() const { return ptr_; }
   std::size_t size() const { return bytes_; }
 
  private:
-  void* ptr_ = nullptr;
+  void* ptr_;
   std::size_t bytes_;
 };
 

@@ -9,6 +9,10 @@
 // trusting the path: a host signal must be seen through every import, and a queue of
 // every peer must get past a wait on it. A failure throws Error(unsupported) with what
 // failed; make_communicator then falls back to ProxyBridge and logs why.
+//
+// On Windows, where drivers share semaphores as OPAQUE_WIN32 handles, the gate rules it
+// out with that reason (detail::os::semaphore_sharing_blocker): ProxyBridge carries the
+// group, and asking for NativeImport is an error that says why.
 #pragma once
 
 #include <tpar/core/log.hpp>
@@ -21,10 +25,6 @@
 #include <memory>
 #include <vector>
 
-#if !defined(_WIN32)
-#include <unistd.h>
-#endif
-
 namespace tpar::inline v0 {
 
 namespace detail {
@@ -33,12 +33,8 @@ namespace detail {
 // semaphore of `to`. The fd belongs to the driver once imported; on any failure it is
 // closed here, so no path leaks one.
 inline Timeline import_timeline(const Device& from, vk::Semaphore semaphore, const Device& to) {
-#if defined(_WIN32)
-  (void)from;
-  (void)semaphore;
-  (void)to;
-  throw Error(ErrorCode::unsupported, "NativeImport uses OPAQUE_FD semaphores, which this platform lacks");
-#else
+  if (!os::semaphore_sharing_blocker.empty())
+    throw Error(ErrorCode::unsupported, "NativeImport is not possible here: " + std::string(os::semaphore_sharing_blocker));
   const auto opaque = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT;
   if (!from.extension_fns().get_semaphore_fd || !to.extension_fns().import_semaphore_fd)
     throw Error(ErrorCode::unsupported, "VK_KHR_external_semaphore_fd is not enabled on every device");
@@ -53,10 +49,9 @@ inline Timeline import_timeline(const Device& from, vk::Semaphore semaphore, con
           "vkImportSemaphoreFdKHR (device " + std::to_string(from.index()) + " into device " + std::to_string(to.index()) + ")");
     return imported;  // the driver owns fd now
   } catch (...) {
-    ::close(fd);
+    os::close_descriptor(fd);
     throw;
   }
-#endif
 }
 
 // What the self-test leaves on a queue that was still busy with earlier work when it

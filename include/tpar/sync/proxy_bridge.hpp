@@ -36,10 +36,6 @@
 #include <string>
 #include <thread>
 
-#if defined(__linux__)
-#include <pthread.h>
-#endif
-
 namespace tpar::inline v0 {
 
 class ProxyBridge {
@@ -158,11 +154,8 @@ class ProxyBridge {
 
   // "tpar-bridge-J", so that tools (top -H, tpar-idle-cpu) tell tpar's threads from the
   // driver's and the host's.
-  static void name_this_thread([[maybe_unused]] std::uint32_t source) {
-#if defined(__linux__)
-    const std::string name = "tpar-bridge-" + std::to_string(source);
-    (void)::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str());
-#endif
+  static void name_this_thread(std::uint32_t source) {
+    detail::os::name_this_thread("tpar-bridge-" + std::to_string(source));
   }
 
   // Signals every awaited value of `dst` up to `now`, in order. A value whose signal

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <tpar/core/error.hpp>
+#include <tpar/detail/platform.hpp>
 
 #include <algorithm>
 #include <array>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tpar::inline v0 {
@@ -214,7 +216,9 @@ struct SyncGate {
 };
 
 // `enabled_fd[i]` says whether device i's VkDevice has VK_KHR_external_semaphore_fd enabled.
-inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> enabled_fd) {
+// `platform_blocker`: why this platform shares no semaphores (Windows), empty where it does.
+inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> enabled_fd,
+                          std::string_view platform_blocker = detail::os::semaphore_sharing_blocker) {
   SyncGate gate;
   // NativeImport is ruled out by `why`; ProxyBridge carries the group instead.
   auto proxy = [&](std::string why, const char* joint) {
@@ -227,6 +231,7 @@ inline SyncGate sync_gate(std::span<const DeviceCapabilities> caps, std::span<co
     gate.blocker = gate.reason;
     return gate;
   }
+  if (!platform_blocker.empty()) return proxy(std::string(platform_blocker), ", so ");
   for (std::size_t i = 0; i < caps.size(); ++i) {
     const auto& c = caps[i];
     const std::string who = "device " + std::to_string(i) + " (" + c.name + ")";

@@ -215,7 +215,7 @@ inline void create_instance(GroupState& state, const GroupOptions& options) {
     (void)vk::enumerateInstanceVersion(&loader_version);
   if (loader_version < VK_API_VERSION_1_2)
     throw Error(ErrorCode::no_driver, "the Vulkan loader offers Vulkan " + api_version_string(loader_version) +
-                                          "; tpar needs 1.2 (timeline semaphores): update libvulkan1");
+                                          "; tpar needs 1.2 (timeline semaphores): update the Vulkan loader");
   // First, so that the queries below find the drivers loaded as well.
   if (options.keep_drivers_loaded) anchor_drivers();
 
