@@ -57,6 +57,11 @@ struct DeviceCapabilities {
   bool storage_16bit = false;             // storageBuffer16BitAccess
   bool update_after_bind = false;         // descriptorBindingStorageBufferUpdateAfterBind
   bool shader_device_clock = false;       // VK_KHR_shader_clock with shaderDeviceClock
+  // VK_AMD_device_coherent_memory with deviceCoherentMemory: memory types (DEVICE_COHERENT_AMD,
+  // DEVICE_UNCACHED_AMD) whose device accesses stay coherent with the host's while a
+  // kernel runs, which AMD documents for this cross-agent visibility; the relay puts its
+  // words there where the device enabled it.
+  bool device_coherent_memory = false;
   // The largest heap with a DEVICE_LOCAL | HOST_VISIBLE | HOST_COHERENT memory type (the
   // BAR: device memory the host writes through a mapping), in bytes; 0: none.
   vk::DeviceSize host_visible_device_local_heap = 0;
@@ -114,6 +119,7 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
   caps.external_semaphore_fd = detail::has_extension(exts, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
   caps.calibrated_timestamps = detail::has_extension(exts, VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
   const bool shader_clock = detail::has_extension(exts, VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
+  const bool coherent_memory = detail::has_extension(exts, VK_AMD_DEVICE_COHERENT_MEMORY_EXTENSION_NAME);
 
   vk::PhysicalDeviceProperties2 props2;
   vk::PhysicalDeviceIDProperties id;
@@ -150,15 +156,22 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
     vk::PhysicalDeviceVulkan11Features f11;
     vk::PhysicalDeviceVulkan12Features f12;
     vk::PhysicalDeviceShaderClockFeaturesKHR clock;
+    vk::PhysicalDeviceCoherentMemoryFeaturesAMD coherent;
     f2.pNext = &f11;
     f11.pNext = &f12;
-    if (shader_clock) f12.pNext = &clock;
+    void** tail = &f12.pNext;
+    if (shader_clock) {
+      *tail = &clock;
+      tail = &clock.pNext;
+    }
+    if (coherent_memory) *tail = &coherent;
     physical.getFeatures2(&f2);
     caps.timeline_semaphores = f12.timelineSemaphore;
     caps.shader_float16 = f12.shaderFloat16;
     caps.storage_16bit = f11.storageBuffer16BitAccess;
     caps.update_after_bind = f12.descriptorBindingStorageBufferUpdateAfterBind;
     caps.shader_device_clock = shader_clock && clock.shaderDeviceClock;
+    caps.device_coherent_memory = coherent_memory && coherent.deviceCoherentMemory;
   }
 
   const auto memory = physical.getMemoryProperties();
