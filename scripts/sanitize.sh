@@ -21,7 +21,7 @@ build="${TPAR_BUILD_DIR:-$root/build-sanitize-${kind//,/-}}"
 supp="$root/tests/sanitizers"
 # The relay's host thread with the test playing the devices (not its CPU-time test, which
 # a sanitizer's slowdown would make meaningless)
-relay_tests='relay/relay (sum|hub: (sums|host-played|stamps|a device that never|a part a helper))'
+relay_tests='relay/relay (sum|hub: (sums|host-played|stamps|a device that never|a part a helper|a kernel that does not confirm))'
 case "$kind" in
   address,undefined)
     targets=(behavior fault c_api_dynamic core algo relay)
