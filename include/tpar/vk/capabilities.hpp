@@ -266,7 +266,8 @@ struct RelayGate {
   bool possible = false;   // every device has the memory the relay needs: TPAR_ALGO=relay runs it
   // And the automatic choice takes it by size, for calls that ride in the host's
   // submissions (tpar::StreamAllreduce): on two to four distinct GPUs whose kernels wait,
-  // for calls up to automatic_max_bytes (where it was measured faster than OneShot).
+  // for calls up to automatic_max_bytes (where it was measured faster than OneShot),
+  // once a communicator's self-test of the relay passed on every device (docs/relay.md).
   bool automatic = false;
   std::size_t automatic_max_bytes = 0;
   std::string reason;      // one sentence a user can read
@@ -284,8 +285,13 @@ struct RelayGate {
 inline constexpr vk::DeviceSize relay_min_heap = vk::DeviceSize{16} << 20;
 
 // `clock_enabled[d]`: device d enabled VK_KHR_shader_clock's shaderDeviceClock. Devices
-// of different drivers are served like any others: the relay needs no shared semaphore.
-// (It was withheld from them after two stalls on an H200 beside llvmpipe; the probe of
+// of different drivers are served like any others: the relay needs no shared semaphore,
+// and what it does need of each device (its running kernel sees the host's writes, its
+// writes reach the host while it runs, its work groups run at once), which Vulkan does
+// not promise, the relay's self-test proves on every device before a communicator lets
+// the automatic choice take it (comm/detail/relay_self_test.hpp): a group of a Radeon and
+// a GeForce is as safe as two GeForces once both pass. (The relay was withheld from
+// groups of two drivers after two stalls on an H200 beside llvmpipe; the probe of
 // 2026-11-26 found the same stall on two H100s of one driver, relay calls in flight beside
 // other calls, which the communicator no longer lets happen: docs/relay.md.)
 inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> clock_enabled) {
@@ -352,7 +358,7 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<
                   " distinct GPUs whose kernels wait for the sum, so calls up to " +
                   std::to_string(gate.automatic_max_bytes >> 10) +
                   " KiB (and relay_max_bytes) that ride in the host's submissions (tpar::StreamAllreduce, as under "
-                  "llama.cpp) take the relay";
+                  "llama.cpp) take the relay, once its self-test passes on every device";
     return gate;
   }
   gate.reason = "every device maps device-local memory to the host and the devices are distinct physical devices, so the "

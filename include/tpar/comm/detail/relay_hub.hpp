@@ -1046,14 +1046,26 @@ class RelayHub {
   std::thread thread_;  // last: started once everything above exists
 };
 
+// The relay asked for where it cannot run (the gate, or its self-test): a tpar::Error
+// (unsupported) that make_communicator passes on rather than reading it as NativeImport's.
+struct RelayRefusal : Error {
+  using Error::Error;
+};
+
 // What a communicator knows of the relay from its creation on: whether and how the group
 // can run it, and whether it was asked for.
 struct RelaySetup {
   RelayGate gate;
   bool asked = false;              // TPAR_ALGO=relay or host-played peers: no fallback
-  bool off = false;                // the automatic choice took it and its memory could not be made
+  bool off = false;                // the automatic choice took it and its memory could not be made, or its self-test failed
   std::uint32_t spin_bound_ms = 0;
   RelayHub::Config config;
+  // The self-test (comm/detail/relay_self_test.hpp): which devices' kernels wait for the
+  // host's write, at the relay's largest call; run where the relay may be used at all.
+  std::uint32_t test_kernel_waits = 0;
+  std::size_t test_count = 0;
+  std::chrono::milliseconds test_start_bound{0};
+  bool needs_test() const { return asked || gate.automatic; }
 
   // Throws on bad relay options, and where the relay is asked for but the group cannot
   // run it (the reason in words, as for TPAR_SYNC=native).
@@ -1071,7 +1083,7 @@ struct RelaySetup {
                                                    std::to_string(max_group_devices) + " contributions");
     r.asked = options.algo == AlgoChoice::relay || options.relay_host_peers;
     if (r.asked && !r.gate.possible)
-      throw Error(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + r.gate.reason);
+      throw RelayRefusal(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + r.gate.reason);
     // A GPU's queues waiting for the host's release: correct, never taken automatically
     // (RelayGate::gpu_queue_waits); asked for, it runs, and says so.
     if (r.asked && r.gate.gpu_queue_waits)
@@ -1090,6 +1102,14 @@ struct RelaySetup {
     RelayHub::check_threads(options.relay_threads);  // refused at creation, not at the first relay call
     r.config.threads = options.relay_threads;
     r.config.sites = options.relay_ride ? 1024 : 0;
+    r.test_kernel_waits = ~r.gate.queue_waits & (n >= 32 ? ~0u : (1u << n) - 1u);
+    const std::size_t largest = r.asked ? options.relay_max_bytes : std::min(options.relay_max_bytes, r.gate.automatic_max_bytes);
+    r.test_count = std::clamp<std::size_t>(largest / sizeof(float), 1, std::size_t{relay_max_groups} * 512);
+    // Asked for, the relay waits for a busy queue as long as any call would; chosen
+    // automatically, half a second, then calls take OneShot (and the next communicator
+    // tries again).
+    const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
+    r.test_start_bound = r.asked ? timeout_ms : std::min(timeout_ms, std::chrono::milliseconds(500));
     return r;
   }
 
