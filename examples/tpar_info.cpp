@@ -89,6 +89,8 @@ void print_text(const tpar::DeviceGroup& g, const tpar::Options& o) {
       std::printf("%llu MiB", static_cast<unsigned long long>(c.host_visible_device_local_heap >> 20));
     std::printf(", device clock in shaders %s%s\n", yes(d.enabled().shader_device_clock),
                 c.shader_loops_bounded() ? ", shader loops bounded by the driver" : "");
+    std::printf("  device-coherent mem  %s\n", d.enabled().device_coherent_memory ? "yes (VK_AMD_device_coherent_memory: the relay's words go there)"
+                                         : c.device_coherent_memory ? "offered, not enabled by the host" : "no");
     std::printf("\n");
   }
   const auto gate = g.sync_gate();
@@ -128,9 +130,11 @@ void print_json(const tpar::DeviceGroup& g, const tpar::Options& o) {
     std::printf("     \"min_storage_offset_alignment\": %llu, \"max_storage_buffer_range\": %llu,\n",
                 static_cast<unsigned long long>(c.min_storage_offset_alignment),
                 static_cast<unsigned long long>(c.max_storage_buffer_range));
-    std::printf("     \"host_visible_device_local_bytes\": %llu, \"shader_device_clock\": %s, \"shader_loops_bounded\": %s}%s\n",
+    std::printf("     \"host_visible_device_local_bytes\": %llu, \"shader_device_clock\": %s, \"shader_loops_bounded\": %s,\n",
                 static_cast<unsigned long long>(c.host_visible_device_local_heap), d.enabled().shader_device_clock ? "true" : "false",
-                c.shader_loops_bounded() ? "true" : "false", i + 1 < g.size() ? "," : "");
+                c.shader_loops_bounded() ? "true" : "false");
+    std::printf("     \"device_coherent_memory\": %s}%s\n", d.enabled().device_coherent_memory ? "true" : "false",
+                i + 1 < g.size() ? "," : "");
   }
   const auto gate = g.sync_gate();
   std::printf("  ],\n  \"sync\": {\"choice\": %s, \"native_possible\": %s, \"reason\": %s},\n",
