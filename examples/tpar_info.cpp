@@ -1,11 +1,14 @@
 // tpar-info: the Vulkan devices tpar sees, what each offers the AllReduce, and the
-// transport tpar would choose for the group.
+// transport tpar would choose for the group; with --self-test, every gate and self-test
+// run on the devices and each transport timed (tpar_info_self_test.hpp).
 #include <tpar/tpar.hpp>
 
 #include "common/cli.hpp"
+#include "tpar_info_self_test.hpp"
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 VULKAN_HPP_DEFAULT_DISPATCH_LOADER_DYNAMIC_STORAGE
@@ -86,6 +89,8 @@ void print_text(const tpar::DeviceGroup& g, const tpar::Options& o) {
       std::printf("%llu MiB", static_cast<unsigned long long>(c.host_visible_device_local_heap >> 20));
     std::printf(", device clock in shaders %s%s\n", yes(d.enabled().shader_device_clock),
                 c.shader_loops_bounded() ? ", shader loops bounded by the driver" : "");
+    std::printf("  device-coherent mem  %s\n", d.enabled().device_coherent_memory ? "yes (VK_AMD_device_coherent_memory: the relay's words go there)"
+                                         : c.device_coherent_memory ? "offered, not enabled by the host" : "no");
     std::printf("\n");
   }
   const auto gate = g.sync_gate();
@@ -125,9 +130,11 @@ void print_json(const tpar::DeviceGroup& g, const tpar::Options& o) {
     std::printf("     \"min_storage_offset_alignment\": %llu, \"max_storage_buffer_range\": %llu,\n",
                 static_cast<unsigned long long>(c.min_storage_offset_alignment),
                 static_cast<unsigned long long>(c.max_storage_buffer_range));
-    std::printf("     \"host_visible_device_local_bytes\": %llu, \"shader_device_clock\": %s, \"shader_loops_bounded\": %s}%s\n",
+    std::printf("     \"host_visible_device_local_bytes\": %llu, \"shader_device_clock\": %s, \"shader_loops_bounded\": %s,\n",
                 static_cast<unsigned long long>(c.host_visible_device_local_heap), d.enabled().shader_device_clock ? "true" : "false",
-                c.shader_loops_bounded() ? "true" : "false", i + 1 < g.size() ? "," : "");
+                c.shader_loops_bounded() ? "true" : "false");
+    std::printf("     \"device_coherent_memory\": %s}%s\n", d.enabled().device_coherent_memory ? "true" : "false",
+                i + 1 < g.size() ? "," : "");
   }
   const auto gate = g.sync_gate();
   std::printf("  ],\n  \"sync\": {\"choice\": %s, \"native_possible\": %s, \"reason\": %s},\n",
@@ -148,7 +155,8 @@ void print_json(const tpar::DeviceGroup& g, const tpar::Options& o) {
 
 int main(int argc, char** argv) {
   const std::string program = "tpar-info";
-  bool json = false;
+  bool json = false, self_test = false;
+  std::optional<std::size_t> iters;
   tpar::GroupOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -159,19 +167,47 @@ int main(int argc, char** argv) {
           "host-memory import, shareable timeline semaphores, f16, host-visible device\n"
           "memory for the relay), and the transport tpar would choose for them as a group: its\n"
           "sync, staging, relay, and the algorithm and wire a communicator picks by default\n"
-          "(TPAR_ALGO and TPAR_WIRE applied; a bad value is a usage error).\n%s\n\n"
+          "(TPAR_ALGO and TPAR_WIRE applied; a bad value is a usage error).\n\n"
+          "With --self-test it opens the devices and proves what tpar's automatic choices rest on:\n"
+          "NativeImport's self-test where the gate lets it be tried, the relay's self-test on every\n"
+          "device (a running kernel sees the host's write into its memory, its values reach the\n"
+          "host, every value checked both ways; docs/relay.md), then times OneShot, the relay and\n"
+          "the ring at 4 KiB, 16 KiB and 1 MiB (each call waited for, every value checked on every\n"
+          "device), and prints per device and transport the verdict, the reason, the latency and\n"
+          "the choice tpar makes at each size: the table to send with a bug report.\n"
+          "%s, 3 wrong results (--self-test)\n\n"
           "  --json                machine-readable output\n"
+          "  --self-test           run the gates, the self-tests and the transports (above)\n"
+          "  --iters N             calls timed per transport and size with --self-test (default 200)\n"
           "  -h, --help            this text\n\n%s",
           tpar_cli::exit_status_help, tpar_cli::device_flags_help());
       return 0;
     }
-    if (a == "--json") json = true;
-    else if (!tpar_cli::parse_device_flag(program, argc, argv, i, options)) tpar_cli::usage_error(program, "unknown option " + std::string(a));
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--self-test") {
+      self_test = true;
+    } else if (a == "--iters") {
+      if (i + 1 >= argc) tpar_cli::usage_error(program, "--iters needs a value");
+      iters = tpar_cli::parse_number<std::size_t>(program, a, argv[++i]);
+      if (*iters < 1 || *iters > 100000) tpar_cli::usage_error(program, "--iters takes 1 to 100000 calls");
+    } else if (!tpar_cli::parse_device_flag(program, argc, argv, i, options)) {
+      tpar_cli::usage_error(program, "unknown option " + std::string(a));
+    }
   }
+  if (iters && !self_test) tpar_cli::usage_error(program, "--iters needs --self-test");
   const tpar::Options defaults = tpar_cli::environment_options(program);
   try {
-    const auto group = tpar_cli::open_group(options);
+    auto group = tpar_cli::open_group(options);
+    if (self_test) {
+      const auto report = tpar_info::run_self_test(group, defaults, iters.value_or(200));
+      json ? tpar_info::print_json(group, report) : tpar_info::print_text(group, report);
+      return report.wrong ? tpar_info::exit_wrong_results : report.failed ? tpar_cli::exit_runtime_failure : 0;
+    }
     json ? print_json(group, defaults) : print_text(group, defaults);
+  } catch (const tpar_example::Failure& e) {
+    std::fprintf(stderr, "tpar-info: %s\n", e.what());
+    return tpar_cli::exit_runtime_failure;
   } catch (const tpar::Error& e) {
     std::fprintf(stderr, "tpar-info: %s\n", e.what());
     return tpar_cli::exit_runtime_failure;

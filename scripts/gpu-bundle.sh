@@ -55,7 +55,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_LLAMA_TE
   -DCMAKE_CXX_FLAGS="-ffile-prefix-map=$root/=" > /dev/null
 # tpar's test programs that gpu-suite.sh's part tests runs (those ctest runs with a device,
 # but the ones that build packages or llama.cpp)
-tests=(core algo vk allreduce spans mixed behavior submission numerics relay stream fault trace
+tests=(core algo vk allreduce spans mixed behavior submission numerics relay relay_self_test stream fault trace
   dispatch_static dispatch_dynamic ggml/ggml kernels/tpar_test_kernels plan/tpar_plan_tests
   c_api/c_api_static c_api/c_api_dynamic)
 targets=(tpar-bench tpar-info numerics)

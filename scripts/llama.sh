@@ -42,8 +42,12 @@ with random weights, and compares llama-bench's pp/tg over the split modes:
   --bench-args ARGS  passed to every llama-bench run (default: "-p 512 -n 128 -r 3")
   -h, --help         this text
 
+Before the benches it runs tpar-info --self-test over the same devices (every gate and
+self-test tpar's automatic choices rest on, each transport timed at 4 KiB, 16 KiB and
+1 MiB): that summary comes first on stdout, then the table; send both with a report.
+
 The first run takes a while (the build: 10-14 minutes on two cores); later runs
-reuse it. Progress goes to stderr, the table to stdout.
+reuse it. Progress goes to stderr, the summary and the table to stdout.
 exit status: 0 success, 1 a failure, 2 a usage error
 EOF
 }
@@ -246,7 +250,7 @@ build_llama() {
   [[ $patch_only -eq 0 ]] || return 0
 
   stage "build"
-  targets=(llama-bench llama-batched-bench llama-server llama-quantize tpar-llama-model tpar-llama-logits test-llama-archs)
+  targets=(llama-bench llama-batched-bench llama-server llama-quantize tpar-llama-model tpar-llama-logits test-llama-archs tpar-info)
   if [[ ! -f "$build_dir/build/build.ninja" || "$(cat "$build_dir/build/.source" 2>/dev/null)" != "$src" ]]; then
     say "configuring for $src"
     cmake -S "$root/integrations/llama.cpp" -B "$build_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -311,6 +315,29 @@ stage "bench"
 first=${devices%%,*}
 out="$build_dir/bench.md"
 : > "$out"
+# The self-test report over the same devices, first in the output. GGML_VK_VISIBLE_DEVICES
+# counts Vulkan's physical devices in enumeration order, as tpar-info's --devices does; one
+# device listed several times (0,0) is tpar-info's --virtual.
+self_test() {
+  local info="$bin/tpar-info"
+  if [[ ! -x "$info" ]]; then say "no tpar-info in $bin: the self-test report is left out"; return 0; fi
+  local -a list flags
+  IFS=, read -ra list <<< "$devices"
+  if [[ ${#list[@]} -ge 2 && $(printf '%s\n' "${list[@]}" | sort -u | wc -l) -eq 1 ]]; then
+    flags=(--devices "${list[0]}" --virtual "${#list[@]}")
+  else
+    flags=(--devices "$devices")
+  fi
+  say "tpar-info --self-test ${flags[*]}"
+  if "$info" --self-test "${flags[@]}" > "$build_dir/self-test.txt" 2> "$build_dir/self-test.log"; then
+    { echo "### tpar-info --self-test ${flags[*]}"; echo '```'; cat "$build_dir/self-test.txt"; echo '```'; echo; } >> "$out"
+  else  # a report, not a gate: the benches run anyway
+    tail -20 "$build_dir/self-test.txt" "$build_dir/self-test.log" >&2
+    say "tpar-info --self-test failed (log: $build_dir/self-test.log); the benches run anyway"
+    { echo "### tpar-info --self-test ${flags[*]}: failed"; echo '```'; cat "$build_dir/self-test.txt" "$build_dir/self-test.log"; echo '```'; echo; } >> "$out"
+  fi
+}
+self_test
 bench() {  # label, visible devices, split mode, extra environment
   local label=$1 visible=$2 sm=$3; shift 3
   say "llama-bench: $label"
@@ -330,4 +357,4 @@ bench "tensor-ggml" "$devices" tensor GGML_VK_DISABLE_TPAR=1
 bench "tensor-tpar" "$devices" tensor
 stage "done"
 cat "$out"
-say "table also in $out"
+say "summary and table also in $out"

@@ -10,7 +10,9 @@
 //      in the slot; ABORT: nonzero once the host gave up; the sum from word PAYLOAD;
 //   2  pub: the device's publish area (host memory the host reads while the kernel
 //      runs). header[ARRIVED]: the stamp of the last call this device started;
-//      header[GAVE_UP]: the stamp of a call whose wait hit the spin bound; unit[i]:
+//      header[GAVE_UP]: the stamp of a call whose wait (in any work group) hit the spin
+//      bound; header[SEEN] (u[4].x): the stamp of the last call whose sum work group 0
+//      saw in the slot (the host checks that every kernel saw the sum it wrote); unit[i]:
 //      (bits of value i, stamp), stored as one 8-byte word so the host never sees a
 //      stamp without its value. With TPAR_RELAY_CLOCK, work group 0 also stamps the low
 //      32 bits of the device clock (ns) into the header: u[1] = (stamp, kernel start),
@@ -159,17 +161,20 @@ void main() {
 #ifdef TPAR_RELAY_CLOCK
   const uint t_published = clockRealtime2x32EXT().x;
 #endif
-  if (t == 0u) s_state = wait_for(seq, sb);
+  if (t == 0u) {
+    s_state = wait_for(seq, sb);
+    // What this kernel saw, for the host: a work group that gave up leaves its values
+    // untouched, which the host must report rather than pass for a sum.
+    if (s_state == GO && gl_WorkGroupID.x == 0u) pub.u[pb + 4u].x = seq;
+    if (s_state == BOUND) pub.u[pb].y = seq;
+  }
   memoryBarrierShared();
   memoryBarrierBuffer();
   barrier();
 #ifdef TPAR_RELAY_CLOCK
   const uint t_seen = clockRealtime2x32EXT().x;
 #endif
-  if (s_state != GO) {
-    if (s_state == BOUND && gl_WorkGroupID.x == 0u && t == 0u) pub.u[pb].y = seq;
-    return;
-  }
+  if (s_state != GO) return;
   for (uint b = gl_WorkGroupID.x; b < nblocks; b += gl_NumWorkGroups.x) {
     const uint i0 = b * BLOCK + t;
     const uint i1 = i0 + BLOCK / 2u;

@@ -5,7 +5,9 @@
 // as lavapipe ends long shader loops itself), under the validation layer: exact and
 // identical results for 1 to 8 devices and many sizes, host-played peers, devices that
 // contribute nothing, deferred calls, failures that must not hang, destruction with calls
-// in flight, and no CPU when idle.
+// in flight, and no CPU when idle. The thread also checks that every kernel confirmed the
+// sum it wrote (the premise the relay's self-test proves at creation, which
+// test_relay_self_test.cpp tests with the premise made to fail).
 #include <doctest/doctest.h>
 #include <tpar/comm/any_communicator.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
@@ -403,6 +405,7 @@ struct HubRig {
   std::unique_ptr<detail::RelayHub> hub;
   HubRig(std::uint32_t n, detail::RelayHub::Config c) : env(n) {
     if (!env.ok()) return;
+    c.confirm = false;  // no kernel runs: the test plays the devices (a test below plays their confirmations)
     hub = std::make_unique<detail::RelayHub>(env.group(), c, [this](const Error& e) {
       std::lock_guard lock(mutex);
       failures.push_back(e);
@@ -748,6 +751,65 @@ TEST_CASE("relay hub: a part a helper serves that never comes fails the call at 
   }
   CHECK(r.hub->stats().calls == 0);
   CHECK(r.failed() == 1);
+}
+
+namespace {
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("relay hub: a kernel that does not confirm its sum fails the communicator at the timeout, one that gave up at once") {
+  VkEnv env(1, {.sync_validation = false});
+  if (!env.ok()) return;
+  for (bool gave_up : {false, true}) {
+    CAPTURE(gave_up);
+    std::mutex mutex;
+    std::vector<std::string> failures;
+    detail::RelayHub::Config c;
+    c.depth = 1;
+    c.timeout = gave_up ? std::chrono::milliseconds(20s) : 300ms;  // a give-up is reported long before the timeout
+    detail::RelayHub hub(env.group(), c, [&](const Error& e) {
+      std::lock_guard lock(mutex);
+      failures.push_back(e.what());
+    });
+    // Two calls the test plays the device of: the first confirmed, the second not.
+    for (int call = 0; call < 2; ++call) {
+      const std::uint64_t seq = hub.record(0, 4, 1);
+      const auto stamp = static_cast<std::uint32_t>(seq);
+      std::uint64_t* u = hub.publish_units(0, 0);
+      for (int i = 0; i < 4; ++i)
+        std::atomic_ref<std::uint64_t>(u[i]).store(std::uint64_t{stamp} << 32 | std::bit_cast<std::uint32_t>(float(i)));
+      const auto began = std::chrono::steady_clock::now();
+      hub.submitted(seq);
+      std::uint32_t* flag = hub.slot_words(0, 0) + layout::flag;
+      while (std::atomic_ref<std::uint32_t>(*flag).load() != stamp && std::chrono::steady_clock::now() - began < 10s) {
+      }
+      REQUIRE(std::atomic_ref<std::uint32_t>(*flag).load() == stamp);
+      std::uint32_t* header = hub.publish_header(0, 0);
+      if (call == 0) {
+        std::atomic_ref<std::uint32_t>(header[layout::seen]).store(stamp);
+        std::this_thread::sleep_for(gave_up ? 50ms : 600ms);  // (past the short timeout: confirmed, so no failure)
+        std::lock_guard lock(mutex);
+        CHECK(failures.empty());
+        continue;
+      }
+      if (gave_up) std::atomic_ref<std::uint32_t>(header[layout::gave_up]).store(stamp);
+      while (!hub.failed() && std::chrono::steady_clock::now() - began < 10s) std::this_thread::sleep_for(1ms);
+      const auto took = std::chrono::steady_clock::now() - began;
+      REQUIRE(hub.failed());
+      std::lock_guard lock(mutex);
+      REQUIRE(failures.size() == 1);
+      MESSAGE(failures[0]);
+      if (gave_up) {
+        CHECK(contains(failures[0], "device 0's relay kernel gave up waiting for the sum of relay call 2"));
+        CHECK(took < 10s);  // not at the timeout: the thread looks every millisecond
+      } else {
+        CHECK(contains(failures[0], "did not confirm the sum of relay call 2 within the timeout (300 ms)"));
+        CHECK(took >= 300ms);
+      }
+      CHECK(hub.slot_words(0, 0)[layout::abort] == 1);
+    }
+    hub.stop();
+  }
 }
 
 TEST_CASE("relay hub: backs off while a call's values are long in coming, and costs nothing idle") {

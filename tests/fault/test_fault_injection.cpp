@@ -10,6 +10,7 @@
 // checked the same way. TPAR_FAULT_TABLE=path writes the table (docs/testing.md).
 #include <doctest/doctest.h>
 #include <tpar/c_api_impl.hpp>
+#include <tpar/comm/detail/relay_self_test.hpp>
 
 #include "fault/vulkan_faults.hpp"
 #include "support/numerics.hpp"
@@ -35,13 +36,15 @@ using fault::Kind;
 
 namespace {
 
-enum class Phase { group, comm, oneshot, ring, deferred, rerecord, destroy, long_ring };
-constexpr Phase all_phases[] = {Phase::group, Phase::comm, Phase::oneshot, Phase::ring, Phase::deferred, Phase::rerecord, Phase::destroy};
+enum class Phase { group, comm, relay_test, oneshot, ring, deferred, rerecord, destroy, long_ring };
+constexpr Phase all_phases[] = {Phase::group,    Phase::comm,     Phase::relay_test, Phase::oneshot,
+                                Phase::ring,     Phase::deferred, Phase::rerecord,   Phase::destroy};
 
 const char* name_of(Phase p) {
   switch (p) {
     case Phase::group: return "group creation";
     case Phase::comm: return "communicator creation";
+    case Phase::relay_test: return "communicator creation, the relay asked for (its self-test)";
     case Phase::oneshot: return "call, OneShot";
     case Phase::ring: return "call, ring";
     case Phase::deferred: return "deferred calls + flush";
@@ -167,7 +170,7 @@ Options comm_options(Phase phase, SyncChoice sync) {
   Options o;
   o.sync = sync;
   o.timeout = 5s;  // every wait tpar makes is bounded by it; injected timeouts come at once
-  o.algo = ring_phase(phase) ? AlgoChoice::ring : AlgoChoice::oneshot;
+  o.algo = ring_phase(phase) ? AlgoChoice::ring : phase == Phase::relay_test ? AlgoChoice::relay : AlgoChoice::oneshot;
   o.piece_bytes = phase == Phase::long_ring ? long_piece_bytes : 8192;  // the ring's chunks in several pieces
   o.depth = 2;
   return o;
@@ -267,7 +270,10 @@ void check_after_error(AnyCommunicator& comm, DeviceGroup& group, Rig& rig, Verd
 // One run of the C++ API: every phase, the injection armed in one of them.
 Verdict run_cpp(Phase phase, SyncChoice sync, Kind kind, VkResult result, std::uint64_t k) {
   Verdict v;
-  v.timeout_may_be_unsupported = sync == SyncChoice::native && phase == Phase::comm;
+  // Also the relay's self-test: a wait for its kernel that "timed out" is a kernel that did
+  // not finish, which refuses the relay asked for (unsupported), with the reason.
+  v.timeout_may_be_unsupported = (sync == SyncChoice::native && phase == Phase::comm) || phase == Phase::relay_test;
+  if (phase == Phase::relay_test) detail::relay_self_test_cache().clear();  // tested anew in every run
   auto armed = [&](Phase p, auto&& f) {
     if (p == phase) fault::arm(kind, result, k);
     struct Disarm {
@@ -292,12 +298,13 @@ Verdict run_cpp(Phase phase, SyncChoice sync, Kind kind, VkResult result, std::u
   DeviceGroup& used = adopted ? *adopted : *group;
   std::optional<AnyCommunicator> comm;
   try {
-    armed(Phase::comm, [&] { comm.emplace(make_communicator(used, comm_options(phase, sync))); });
+    const Phase creation = phase == Phase::relay_test ? Phase::relay_test : Phase::comm;
+    armed(creation, [&] { comm.emplace(make_communicator(used, comm_options(phase, sync))); });
   } catch (const Error& e) {
     v.error(e, result, "create");
     return v;
   }
-  if (phase == Phase::group || phase == Phase::comm) {
+  if (phase == Phase::group || phase == Phase::comm || phase == Phase::relay_test) {
     try {
       comm->allreduce(a.spans()).wait();
       if (!exact(a, xa)) v.problem += "the first call after creation is wrong; ";

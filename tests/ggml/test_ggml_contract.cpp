@@ -5,6 +5,7 @@
 // communicator; after a failure every call declines without hanging; free waits for the
 // work in flight and releases everything.
 #include "layers.hpp"
+#include <tpar/comm/detail/relay_hub.hpp>
 #include "support/scoped_env.hpp"
 
 #include <cstdlib>
@@ -47,6 +48,17 @@ struct ShortTimeoutTraits : Traits {
     tpar::Options o;
     o.timeout = 1s;
     o.depth = 2;  // two calls in flight: the third waits for a slot set
+    return o;
+  }
+};
+
+// Streams, and a bound on every wait longer than the validation layer's own stalls (10 s,
+// docs/testing.md) but short of the test's: the relay's thread gives up on a kernel that
+// does not confirm its sum 15 s after writing it (a kernel that gave up, at once).
+struct StreamShortTimeoutTraits : StreamTraits {
+  static tpar::Options options() {
+    tpar::Options o;
+    o.timeout = 15s;
     return o;
   }
 };
@@ -300,6 +312,54 @@ TEST_CASE("the relay's calls are summed, and the context's summary says how long
   meta.reset();
   CHECK(log.has(tpar::LogLevel::info, "the relay served 1 AllReduces"));
   CHECK(log.has(tpar::LogLevel::info, "us from every device's first values to the sum in every slot"));
+}
+
+TEST_CASE("a relay whose device stops seeing the host's writes mid-run: the hook answers with the error and declines, never hangs") {
+  HostOptions options;
+  options.streams = true;
+  Host host(2, options);
+  if (!host.ok()) return;
+  std::optional<Meta<StreamShortTimeoutTraits>> meta;
+  {
+    ScopedEnv algo("TPAR_ALGO", "relay");
+    meta.emplace(host);
+  }
+  REQUIRE(meta->ctx);
+  CHECK(meta->comm().communicator().relay_self_test().passed);
+  Simple s(host, 4096);
+  CHECK(meta->reduce(s.ptrs()));
+  host.synchronize();
+  CHECK(s.all_equal(4096, 3.0f));
+  // From relay call 2 on, device 1's kernel sees none of the host's writes of the sum's
+  // flag (the seam stands in for a device whose premise stopped holding).
+  auto& withheld = tpar::detail::relay_withheld();
+  struct Restore {
+    ~Restore() {
+      tpar::detail::relay_withheld().call_flag = 0;
+      tpar::detail::relay_withheld().calls_from = 0;
+    }
+  } restore;
+  withheld.calls_from = 2;
+  withheld.call_flag = 0b10;
+  LogCapture log;
+  // Enqueued without a host wait, as ggml's calls are: its failure shows once the GPUs ran it.
+  CHECK(meta->reduce(s.ptrs()));
+  host.synchronize();  // bounded: the kernel gives up, or the relay's thread aborts it at its timeout
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!meta->comm().communicator().failure() && std::chrono::steady_clock::now() - t0 < 40s) std::this_thread::sleep_for(1ms);
+  REQUIRE(meta->comm().communicator().failure());
+  MESSAGE(std::string(meta->comm().communicator().failure()->what()));
+  // The next call: declined with the relay's error, at once.
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK_FALSE(meta->reduce(s.ptrs()));
+  CHECK(std::chrono::steady_clock::now() - t1 < 5s);
+  REQUIRE(meta->comm().failure());
+  const std::string what = meta->comm().failure()->what();
+  CHECK((what.find("device 1's relay kernel gave up waiting for the sum of relay call 2") != std::string::npos ||
+         what.find("device 1's relay kernel did not confirm the sum of relay call 2") != std::string::npos));
+  CHECK(log.has(tpar::LogLevel::error, "ggml comm: the AllReduce failed"));
+  CHECK(meta->comm().stats().declined == 1);
+  meta.reset();  // free still releases everything
 }
 
 TEST_CASE("two calls in a row on one tensor, with no subgraph between, stay ordered") {

@@ -52,6 +52,8 @@ class AnyCommunicator {
   std::uint32_t in_flight() const { return impl_->in_flight(); }
   const CallInfo& last_call() const { return impl_->last_call(); }
   RelayStats relay_stats() const { return impl_->relay_stats(); }
+  const RelaySelfTest& relay_self_test() const { return impl_->relay_self_test(); }
+  bool relay_automatic() const { return impl_->relay_automatic(); }
   PlanStats plan_stats() const { return impl_->plan_stats(); }
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
@@ -91,6 +93,8 @@ class AnyCommunicator {
     virtual std::uint32_t in_flight() const = 0;
     virtual const CallInfo& last_call() const = 0;
     virtual RelayStats relay_stats() const = 0;
+    virtual const RelaySelfTest& relay_self_test() const = 0;
+    virtual bool relay_automatic() const = 0;
     virtual PlanStats plan_stats() const = 0;
     virtual ScheduleRequest schedule_request(std::size_t, std::optional<Wire>, std::uint32_t) const = 0;
     virtual CallProfile profile() = 0;
@@ -127,6 +131,8 @@ class AnyCommunicator {
     std::uint32_t in_flight() const override { return comm.in_flight(); }
     const CallInfo& last_call() const override { return comm.last_call(); }
     RelayStats relay_stats() const override { return comm.relay_stats(); }
+    const RelaySelfTest& relay_self_test() const override { return comm.relay_self_test(); }
+    bool relay_automatic() const override { return comm.relay_automatic(); }
     PlanStats plan_stats() const override { return comm.plan_stats(); }
     ScheduleRequest schedule_request(std::size_t c, std::optional<Wire> w, std::uint32_t m) const override {
       return comm.schedule_request(c, w, m);
@@ -158,6 +164,8 @@ inline AnyCommunicator make_communicator(DeviceGroup group, Options options = {}
   if (gate.native_possible) {
     try {
       return AnyCommunicator::make<NativeImport>(group, options, gate.reason);
+    } catch (const detail::RelayRefusal&) {
+      throw;  // the relay's refusal, whatever the sync
     } catch (const Error& e) {
       if (options.sync == SyncChoice::native || e.code() != ErrorCode::unsupported) throw;
       log(LogLevel::warning, std::string(e.what()) + "; using ProxyBridge instead");

@@ -106,6 +106,27 @@ struct RelayStats {
   std::uint64_t helper_wakeups = 0;
 };
 
+// What the relay's self-test found (Communicator::relay_self_test(); docs/relay.md, "The
+// self-test"): whether each device's running kernel saw a host write into its memory,
+// its values reached the host, every value both ways right, within the bounds.
+struct RelaySelfTest {
+  struct Device {
+    bool passed = false;
+    bool cached = false;        // an earlier test's verdict in this process (same driver, version, device)
+    bool conclusive = true;     // false: a busy queue or a late host decided nothing (not cached)
+    bool kernel_waits = false;  // its kernel waited for the write while running (else its queue did)
+    std::string reason;         // what was seen, or what was not
+    std::string memory;         // the memory types of its slot and publish area
+    std::chrono::nanoseconds seen{0};  // from the host's write to the kernel's confirmation
+  };
+  bool ran = false;         // false: not needed (the relay is neither chosen automatically nor asked for)
+  bool passed = false;
+  bool conclusive = true;   // false where some device's verdict was not conclusive
+  std::string reason;       // one sentence: passed, or the first device that failed and why
+  std::vector<Device> devices;
+  std::chrono::nanoseconds took{0};  // the whole test, at communicator creation
+};
+
 // What the communicator built on the host so far: host staging generations (made when a
 // call needs more staging than is held, or when Capacity shrinks it; each drops every plan)
 // and plans (one a call shape), with the host time each took (pinning and importing the

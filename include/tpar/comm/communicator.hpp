@@ -17,6 +17,7 @@
 #include <tpar/comm/detail/merged_batches.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
+#include <tpar/comm/detail/relay_self_test.hpp>
 #include <tpar/comm/detail/ride_sites.hpp>
 #include <tpar/comm/detail/validate.hpp>
 #include <tpar/staging/capacity.hpp>
@@ -66,6 +67,7 @@ class Communicator {
     if (n > 1) Staging::check_support(group_);
     try {
       init(n);
+      test_relay();
     } catch (...) {
       release_all();
       throw;
@@ -108,6 +110,7 @@ class Communicator {
         "communicator destroyed while its work is still pending on the GPU (a ready point that is never signalled?): "
         "its Vulkan objects are left allocated rather than freed under the GPU");
     (void)sync_.release();
+    (void)relay_leftovers_.release();
     if (relay_) {
       relay_->stop();
       (void)relay_.release();  // its memory too: a kernel may still run once its ready point comes
@@ -141,6 +144,13 @@ class Communicator {
 
   // What the last call chose.
   const CallInfo& last_call() const { return last_call_; }
+
+  // What the relay's self-test found at creation (ran is false where the relay is
+  // neither chosen automatically nor asked for); docs/relay.md, "The self-test".
+  const RelaySelfTest& relay_self_test() const { return relay_test_; }
+  // Whether calls through a tpar::StreamAllreduce may take the relay by themselves: the
+  // gate allows it (RelayGate::automatic), its self-test passed, its memory was made.
+  bool relay_automatic() const { return relay_setup_.gate.automatic && !relay_setup_.off; }
 
   // The relay's host threads: calls served, CPU time (tpar-bench reports it per call).
   RelayStats relay_stats() const {
@@ -542,6 +552,8 @@ class Communicator {
       // A failure anywhere (a ticket's timeout, a lost device) ends the relay's calls at
       // once: no kernel waits on, and no late sum reaches a buffer after the error.
       health_->set_hook([hub = relay_.get()] { hub->abort(); });
+      // A host wait returns a relay call as done only where no kernel gave up on its sum.
+      health_->set_verify([hub = relay_.get()] { hub->verify(); });
     } catch (const Error& e) {
       if (relay_setup_.asked) throw;
       log(LogLevel::warning, std::string("the relay is unavailable (") + e.what() + "); small calls take OneShot");
@@ -549,6 +561,32 @@ class Communicator {
       return false;
     }
     return true;
+  }
+
+  // The relay's self-test, where the relay may be used at all (chosen automatically or
+  // asked for). Failed, the automatic choice keeps to OneShot (logged at info: which
+  // device, its driver, what was not seen); asked for, the communicator is refused with
+  // the reason, as TPAR_SYNC=native is where NativeImport's fails.
+  void test_relay() {
+    if (!relay_setup_.needs_test()) return;
+    try {
+      relay_test_ = detail::relay_self_test(group_, detail::relay_self_test_plan(relay_setup_), relay_leftovers_);
+    } catch (const Error& e) {
+      if (relay_setup_.asked) throw;
+      relay_test_ = {};
+      relay_test_.ran = true;
+      relay_test_.reason = std::string("the relay's self-test could not run (") + e.what() + ")";
+      relay_setup_.off = true;
+      log(LogLevel::warning, relay_test_.reason + "; calls that would take the relay take OneShot");
+      return;
+    }
+    if (relay_test_.passed) return;
+    if (relay_setup_.asked)
+      throw detail::RelayRefusal(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + relay_test_.reason);
+    relay_setup_.off = true;
+    log(LogLevel::info, relay_test_.reason + "; calls that would take the relay take OneShot" +
+                            (relay_test_.conclusive ? std::string(" (TPAR_ALGO=relay is refused on these devices)")
+                                                    : std::string(" for this communicator (not a verdict: the next one tests again)")));
   }
 
   static constexpr bool exportable_sources() {
@@ -1286,8 +1324,12 @@ class Communicator {
     generation_.reset();
     sync_.reset();
     health_->set_hook({});  // tickets may outlive the relay
+    health_->set_verify({});
     ride_sites_.clear();
     relay_.reset();
+    // A self-test kernel that did not see the host's write ends at its spin bound.
+    if (relay_leftovers_ && !relay_leftovers_->finished(std::chrono::seconds(2))) (void)relay_leftovers_.release();
+    relay_leftovers_.reset();
     for (auto& c : ctx_) {
       if (!c.device) continue;  // creation failed before this device was reached
       const vk::Device vkd = c.device->handle();
@@ -1321,6 +1363,8 @@ class Communicator {
   std::unique_ptr<Sync> sync_;
   detail::RelaySetup relay_setup_;
   std::unique_ptr<detail::RelayHub> relay_;  // made by the first relay call
+  RelaySelfTest relay_test_;
+  std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers_;  // self-test kernels still running
   bool last_was_relay_ = false;               // whether the last call took the relay
   Capacity host_capacity_, scratch_capacity_;
   PlanStats plan_stats_;
@@ -1336,5 +1380,21 @@ class Communicator {
   std::vector<std::unique_ptr<detail::RideSites>> ride_sites_;  // by device, made by the first site
   std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
 };
+
+// The relay's self-test on `group`, as a communicator with `options` and the relay asked
+// for runs it at creation (docs/relay.md, "The self-test"), without making one: every
+// device tested in the form the relay runs there, the verdicts cached for the process as
+// a communicator's are (a cached one says so). For reports (tpar-info --self-test), and
+// for a host that wants the verdicts before it builds anything. Throws where the relay
+// cannot run on the group at all (the gate's reason) and where a Vulkan call fails.
+inline RelaySelfTest relay_self_test(const DeviceGroup& group, Options options = {}) {
+  options.algo = AlgoChoice::relay;
+  const auto setup = detail::RelaySetup::check(group, options);
+  std::unique_ptr<detail::RelaySelfTestLeftovers> left;
+  RelaySelfTest out = detail::relay_self_test(group, detail::relay_self_test_plan(setup), left);
+  // A kernel that did not see the host's write ends at its spin bound; kept for good if not.
+  if (left && !left->finished(setup.test_start_bound + std::chrono::seconds(2))) (void)left.release();
+  return out;
+}
 
 }  // namespace tpar::inline v0

@@ -44,12 +44,25 @@ class Health {
     std::lock_guard lock(hook_mutex_);
     hook_ = std::move(hook);
   }
+  // What a host wait checks once the GPUs finished a call, before it returns it as done
+  // (the relay: that no kernel gave up on a sum the host wrote); it fails the
+  // communicator where it finds a call that did not complete. Cleared like the hook.
+  void set_verify(std::function<void()> verify) {
+    std::lock_guard lock(verify_mutex_);
+    verify_ = std::move(verify);
+  }
+  void verify() {
+    std::lock_guard lock(verify_mutex_);
+    if (verify_) verify_();
+  }
 
  private:
   mutable std::mutex mutex_;
   std::optional<Error> error_;
   std::mutex hook_mutex_;
   std::function<void()> hook_;
+  std::mutex verify_mutex_;
+  std::function<void()> verify_;
 };
 
 // A communicator's deferred calls (AllreduceArgs::defer), shared with its tickets: how
@@ -138,8 +151,10 @@ class Ticket {
       if (health_) health_->fail(e);
       throw e;
     }
-    if (health_)
+    if (health_) {
+      health_->verify();
       if (auto e = health_->error()) throw *e;
+    }
   }
 
  private:

@@ -68,18 +68,26 @@ struct DeviceRecord {
   bool storage_16bit = false;
   bool update_after_bind = false;
   bool shader_device_clock = false;
+  bool device_coherent_memory = false;
 
   // `extensions`: the names passed to vkCreateDevice; the feature structs as passed there.
   // `shader_clock`: VK_KHR_shader_clock's features as passed there, where chained (the
   // relay's kernels then wait for the sum in the kernel, bounded by the device clock;
   // without it their queues wait, a host-signalled semaphore on the token's path).
+  // `coherent`: VK_AMD_device_coherent_memory's features as passed there, where chained
+  // (the relay then puts its words in a device-coherent memory type; the pinned
+  // ggml-vulkan does not enable the extension, so under it the relay uses the plain
+  // device-local host-visible type, and its log line says which type it used).
   void record(std::span<const char* const> extensions, const VkPhysicalDeviceVulkan11Features& vk11,
-              const VkPhysicalDeviceVulkan12Features& vk12, const VkPhysicalDeviceShaderClockFeaturesKHR* shader_clock = nullptr) {
+              const VkPhysicalDeviceVulkan12Features& vk12, const VkPhysicalDeviceShaderClockFeaturesKHR* shader_clock = nullptr,
+              const VkPhysicalDeviceCoherentMemoryFeaturesAMD* coherent = nullptr) {
     enabled_extensions.assign(extensions.begin(), extensions.end());
     storage_16bit = vk11.storageBuffer16BitAccess == VK_TRUE;
     shader_float16 = vk12.shaderFloat16 == VK_TRUE;
     update_after_bind = vk12.descriptorBindingStorageBufferUpdateAfterBind == VK_TRUE;
     shader_device_clock = shader_clock && shader_clock->shaderDeviceClock == VK_TRUE && has(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
+    device_coherent_memory =
+        coherent && coherent->deviceCoherentMemory == VK_TRUE && has(VK_AMD_DEVICE_COHERENT_MEMORY_EXTENSION_NAME);
   }
   bool has(const char* extension) const {
     return std::find(enabled_extensions.begin(), enabled_extensions.end(), extension) != enabled_extensions.end();
@@ -448,6 +456,7 @@ inline AdoptedDevice adopted_device(vk::Instance instance, vk::PhysicalDevice ph
   a.storage_16bit_enabled = record.storage_16bit;
   a.update_after_bind_enabled = record.update_after_bind;
   a.shader_device_clock_enabled = record.shader_device_clock;
+  a.device_coherent_memory_enabled = record.device_coherent_memory;
   return a;
 }
 

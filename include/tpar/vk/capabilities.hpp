@@ -59,6 +59,11 @@ struct DeviceCapabilities {
   bool storage_16bit = false;             // storageBuffer16BitAccess
   bool update_after_bind = false;         // descriptorBindingStorageBufferUpdateAfterBind
   bool shader_device_clock = false;       // VK_KHR_shader_clock with shaderDeviceClock
+  // VK_AMD_device_coherent_memory with deviceCoherentMemory: memory types (DEVICE_COHERENT_AMD,
+  // DEVICE_UNCACHED_AMD) whose device accesses stay coherent with the host's while a
+  // kernel runs, which AMD documents for this cross-agent visibility; the relay puts its
+  // words there where the device enabled it.
+  bool device_coherent_memory = false;
   // The largest heap with a DEVICE_LOCAL | HOST_VISIBLE | HOST_COHERENT memory type (the
   // BAR: device memory the host writes through a mapping), in bytes; 0: none.
   vk::DeviceSize host_visible_device_local_heap = 0;
@@ -116,6 +121,7 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
   caps.external_semaphore_fd = detail::has_extension(exts, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
   caps.calibrated_timestamps = detail::has_extension(exts, VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
   const bool shader_clock = detail::has_extension(exts, VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
+  const bool coherent_memory = detail::has_extension(exts, VK_AMD_DEVICE_COHERENT_MEMORY_EXTENSION_NAME);
 
   vk::PhysicalDeviceProperties2 props2;
   vk::PhysicalDeviceIDProperties id;
@@ -152,15 +158,22 @@ inline DeviceCapabilities query_capabilities(vk::PhysicalDevice physical) {
     vk::PhysicalDeviceVulkan11Features f11;
     vk::PhysicalDeviceVulkan12Features f12;
     vk::PhysicalDeviceShaderClockFeaturesKHR clock;
+    vk::PhysicalDeviceCoherentMemoryFeaturesAMD coherent;
     f2.pNext = &f11;
     f11.pNext = &f12;
-    if (shader_clock) f12.pNext = &clock;
+    void** tail = &f12.pNext;
+    if (shader_clock) {
+      *tail = &clock;
+      tail = &clock.pNext;
+    }
+    if (coherent_memory) *tail = &coherent;
     physical.getFeatures2(&f2);
     caps.timeline_semaphores = f12.timelineSemaphore;
     caps.shader_float16 = f12.shaderFloat16;
     caps.storage_16bit = f11.storageBuffer16BitAccess;
     caps.update_after_bind = f12.descriptorBindingStorageBufferUpdateAfterBind;
     caps.shader_device_clock = shader_clock && clock.shaderDeviceClock;
+    caps.device_coherent_memory = coherent_memory && coherent.deviceCoherentMemory;
   }
 
   const auto memory = physical.getMemoryProperties();
@@ -258,7 +271,8 @@ struct RelayGate {
   bool possible = false;   // every device has the memory the relay needs: TPAR_ALGO=relay runs it
   // And the automatic choice takes it by size, for calls that ride in the host's
   // submissions (tpar::StreamAllreduce): on two to four distinct GPUs whose kernels wait,
-  // for calls up to automatic_max_bytes (where it was measured faster than OneShot).
+  // for calls up to automatic_max_bytes (where it was measured faster than OneShot),
+  // once a communicator's self-test of the relay passed on every device (docs/relay.md).
   bool automatic = false;
   std::size_t automatic_max_bytes = 0;
   std::string reason;      // one sentence a user can read
@@ -276,8 +290,13 @@ struct RelayGate {
 inline constexpr vk::DeviceSize relay_min_heap = vk::DeviceSize{16} << 20;
 
 // `clock_enabled[d]`: device d enabled VK_KHR_shader_clock's shaderDeviceClock. Devices
-// of different drivers are served like any others: the relay needs no shared semaphore.
-// (It was withheld from them after two stalls on an H200 beside llvmpipe; the probe of
+// of different drivers are served like any others: the relay needs no shared semaphore,
+// and what it does need of each device (its running kernel sees the host's writes, its
+// writes reach the host while it runs, its work groups run at once), which Vulkan does
+// not promise, the relay's self-test proves on every device before a communicator lets
+// the automatic choice take it (comm/detail/relay_self_test.hpp): a group of a Radeon and
+// a GeForce is as safe as two GeForces once both pass. (The relay was withheld from
+// groups of two drivers after two stalls on an H200 beside llvmpipe; the probe of
 // 2026-11-26 found the same stall on two H100s of one driver, relay calls in flight beside
 // other calls, which the communicator no longer lets happen: docs/relay.md.)
 inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<const bool> clock_enabled) {
@@ -344,7 +363,7 @@ inline RelayGate relay_gate(std::span<const DeviceCapabilities> caps, std::span<
                   " distinct GPUs whose kernels wait for the sum, so calls up to " +
                   std::to_string(gate.automatic_max_bytes >> 10) +
                   " KiB (and relay_max_bytes) that ride in the host's submissions (tpar::StreamAllreduce, as under "
-                  "llama.cpp) take the relay";
+                  "llama.cpp) take the relay, once its self-test passes on every device";
     return gate;
   }
   gate.reason = "every device maps device-local memory to the host and the devices are distinct physical devices, so the "

@@ -146,6 +146,10 @@ struct EnabledFeatures {
   bool update_after_bind = false;
   // VK_KHR_shader_clock's shaderDeviceClock: the relay's kernel bounds its wait by time.
   bool shader_device_clock = false;
+  // VK_AMD_device_coherent_memory's deviceCoherentMemory: memory types with
+  // DEVICE_COHERENT_AMD or DEVICE_UNCACHED_AMD may be allocated (the relay puts its words
+  // there); without it tpar never allocates from them (Vulkan forbids it).
+  bool device_coherent_memory = false;
 };
 
 class Device {

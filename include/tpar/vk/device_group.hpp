@@ -88,6 +88,10 @@ struct AdoptedDevice {
   // Whether the host enabled VK_KHR_shader_clock (listed in enabled_extensions) with
   // shaderDeviceClock: the relay's kernel then bounds its wait by time, else by a count.
   bool shader_device_clock_enabled = false;
+  // Whether the host enabled VK_AMD_device_coherent_memory (listed in enabled_extensions)
+  // with deviceCoherentMemory: the relay then puts its words in a device-coherent memory
+  // type; without it tpar never allocates from such a type.
+  bool device_coherent_memory_enabled = false;
 };
 
 namespace detail {
@@ -377,6 +381,10 @@ inline std::unique_ptr<Device> open_device(GroupState& state, vk::PhysicalDevice
     enable.push_back(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
     enabled.shader_device_clock = true;
   }
+  if (caps.device_coherent_memory) {
+    enable.push_back(VK_AMD_DEVICE_COHERENT_MEMORY_EXTENSION_NAME);
+    enabled.device_coherent_memory = true;
+  }
   for (const auto& e : options.required_extensions)
     if (std::find_if(enable.begin(), enable.end(), [&](const char* s) { return e == s; }) == enable.end())
       enable.push_back(e.c_str());
@@ -385,11 +393,18 @@ inline std::unique_ptr<Device> open_device(GroupState& state, vk::PhysicalDevice
   vk::PhysicalDeviceVulkan11Features f11;
   vk::PhysicalDeviceVulkan12Features f12;
   vk::PhysicalDeviceShaderClockFeaturesKHR clock;
+  vk::PhysicalDeviceCoherentMemoryFeaturesAMD coherent;
   f2.pNext = &f11;
   f11.pNext = &f12;
+  void** tail = &f12.pNext;
   if (caps.shader_device_clock) {
-    f12.pNext = &clock;
+    *tail = &clock;
+    tail = &clock.pNext;
     clock.shaderDeviceClock = VK_TRUE;
+  }
+  if (caps.device_coherent_memory) {
+    *tail = &coherent;
+    coherent.deviceCoherentMemory = VK_TRUE;
   }
   f12.timelineSemaphore = VK_TRUE;
   f12.shaderFloat16 = caps.shader_float16;
@@ -494,6 +509,8 @@ class DeviceGroup {
       init.enabled.update_after_bind = caps.update_after_bind && a.update_after_bind_enabled;
       init.enabled.shader_device_clock =
           caps.shader_device_clock && a.shader_device_clock_enabled && listed(VK_KHR_SHADER_CLOCK_EXTENSION_NAME);
+      init.enabled.device_coherent_memory = caps.device_coherent_memory && a.device_coherent_memory_enabled &&
+                                            listed(VK_AMD_DEVICE_COHERENT_MEMORY_EXTENSION_NAME);
       init.compute_queue = a.compute_queue;
       init.compute_family = a.compute_family;
       init.compute_index = a.compute_index;

@@ -43,6 +43,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -60,7 +61,7 @@ namespace tpar::inline v0::detail {
 // Word offsets shared with shaders/relay.glsl.
 namespace relay_layout {
 inline constexpr std::size_t seq = 0, flag = 1, abort = 2, payload = 64;  // slot words
-inline constexpr std::size_t arrived = 0, gave_up = 1;                    // publish header words
+inline constexpr std::size_t arrived = 0, gave_up = 1, seen = 8;          // publish header words
 // The clock variant's stamps (publish header words): the call's stamp, kernel start; its
 // values published, the sum seen; its copy done, the call's stamp again.
 inline constexpr std::size_t clock_stamp = 2, clock_start = 3, clock_published = 4, clock_seen = 5, clock_end = 6,
@@ -113,15 +114,48 @@ inline std::chrono::nanoseconds thread_cpu_time([[maybe_unused]] std::thread& th
 struct MappedBuffer : OwnedBuffer {
   void* data = nullptr;
   vk::DeviceSize size = 0;
+  std::uint32_t memory_type = 0;     // the memory type it was allocated from
+  vk::MemoryPropertyFlags flags;     // that type's properties
   ~MappedBuffer() {
     if (data) device.unmapMemory(memory);
   }
 };
 
-// A storage buffer of `size` bytes in a memory type with every flag of `need`, the most
-// of `prefer`'s and none of `avoid`'s where there is a choice; zero-filled and mapped.
-inline std::unique_ptr<MappedBuffer> map_buffer(Device& dev, vk::DeviceSize size, vk::MemoryPropertyFlags need,
-                                                vk::MemoryPropertyFlags prefer, vk::MemoryPropertyFlags avoid, const char* what) {
+// Memory types with these flags may be allocated only where the device enabled
+// VK_AMD_device_coherent_memory's deviceCoherentMemory (VUID-vkAllocateMemory-deviceCoherentMemory-02790).
+inline constexpr vk::MemoryPropertyFlags device_coherent_flags =
+    vk::MemoryPropertyFlagBits::eDeviceCoherentAMD | vk::MemoryPropertyFlagBits::eDeviceUncachedAMD;
+
+// What a buffer's memory type must have (`need`), should have (`first`, then `then`, most
+// flags of each winning) and should lack (`avoid`).
+struct MemoryChoice {
+  vk::MemoryPropertyFlags need, first, then, avoid;
+};
+
+// The relay's slots: the device's own memory the host writes through a mapping (the
+// BAR), which a running kernel polls; device-coherent where the device enabled it (AMD
+// documents DEVICE_COHERENT for exactly this cross-agent visibility).
+inline MemoryChoice relay_slot_memory(const Device& dev) {
+  using F = vk::MemoryPropertyFlagBits;
+  return {F::eDeviceLocal | F::eHostVisible | F::eHostCoherent, dev.enabled().device_coherent_memory ? device_coherent_flags : vk::MemoryPropertyFlags{},
+          {}, {}};
+}
+// Its publish areas: host memory a running kernel writes and the host reads (cached for
+// the host's reads where offered), device-coherent where the device enabled it.
+inline MemoryChoice relay_publish_memory(const Device& dev) {
+  using F = vk::MemoryPropertyFlagBits;
+  return {F::eHostVisible | F::eHostCoherent, dev.enabled().device_coherent_memory ? device_coherent_flags : vk::MemoryPropertyFlags{},
+          F::eHostCached, F::eDeviceLocal};
+}
+
+// "type 3 { DeviceLocal | HostVisible | HostCoherent }"
+inline std::string memory_type_text(const MappedBuffer& b) {
+  return "type " + std::to_string(b.memory_type) + " " + vk::to_string(b.flags);
+}
+
+// A storage buffer of `size` bytes in the memory type `choice` picks (never a
+// device-coherent one where the device did not enable it); zero-filled and mapped.
+inline std::unique_ptr<MappedBuffer> map_buffer(Device& dev, vk::DeviceSize size, const MemoryChoice& choice, const char* what) {
   auto out = std::make_unique<MappedBuffer>();
   out->device = dev.handle();
   out->size = size;
@@ -131,12 +165,14 @@ inline std::unique_ptr<MappedBuffer> map_buffer(Device& dev, vk::DeviceSize size
   vk::MemoryRequirements req;
   vkd.getBufferMemoryRequirements(out->buffer, &req);
   const auto props = dev.physical().getMemoryProperties();
+  const vk::MemoryPropertyFlags forbidden = dev.enabled().device_coherent_memory ? vk::MemoryPropertyFlags{} : device_coherent_flags;
   std::uint32_t best = ~0u;
   int best_score = -1;
   for (std::uint32_t i = 0; i < props.memoryTypeCount; ++i) {
     const auto flags = props.memoryTypes[i].propertyFlags;
-    if (!((req.memoryTypeBits >> i) & 1u) || (flags & need) != need) continue;
-    const int score = 2 * std::popcount(static_cast<std::uint32_t>(flags & prefer)) + !(flags & avoid);
+    if (!((req.memoryTypeBits >> i) & 1u) || (flags & choice.need) != choice.need || (flags & forbidden)) continue;
+    const auto count = [&](vk::MemoryPropertyFlags f) { return std::popcount(static_cast<std::uint32_t>(flags & f)); };
+    const int score = 16 * count(choice.first) + 2 * count(choice.then) + !(flags & choice.avoid);
     if (score > best_score) {
       best = i;
       best_score = score;
@@ -145,12 +181,32 @@ inline std::unique_ptr<MappedBuffer> map_buffer(Device& dev, vk::DeviceSize size
   if (best == ~0u)
     throw Error(ErrorCode::unsupported, "device " + std::to_string(dev.index()) + " (" + dev.capabilities().name +
                                             ") offers no memory type for the relay's " + what);
+  out->memory_type = best;
+  out->flags = props.memoryTypes[best].propertyFlags;
   vk::MemoryAllocateInfo alloc(req.size, best);
   check(vkd.allocateMemory(&alloc, nullptr, &out->memory), std::string("vkAllocateMemory (") + what + ")");
   check(VULKAN_HPP_DEFAULT_DISPATCHER.vkBindBufferMemory(vkd, out->buffer, out->memory, 0), std::string("vkBindBufferMemory (") + what + ")");
   check(vkd.mapMemory(out->memory, 0, VK_WHOLE_SIZE, {}, &out->data), std::string("vkMapMemory (") + what + ")");
   std::memset(out->data, 0, size);
   return out;
+}
+
+// A test seam (tests/comm/test_relay_self_test.cpp, tests/ggml/): host writes the
+// relay's premise rests on, withheld, as a device that does not see them would have it.
+// Process-wide; nothing in tpar sets it. Bit d: device d of a group (every group).
+struct RelayWithheld {
+  std::atomic<std::uint32_t> self_test_flag{0};  // the self-test's flag word: its kernel never sees the write
+  std::atomic<std::uint32_t> self_test_word{0};  // one word of the self-test's payload: stale in the kernel's copy
+  std::atomic<std::uint32_t> call_flag{0};       // relay calls' flag words, from call number calls_from on
+  std::atomic<std::uint64_t> calls_from{0};
+  bool call(std::size_t d, std::uint64_t sequence) const {
+    return d < 32 && ((call_flag.load(std::memory_order_relaxed) >> d) & 1u) &&
+           sequence >= calls_from.load(std::memory_order_relaxed);
+  }
+};
+inline RelayWithheld& relay_withheld() {
+  static RelayWithheld w;
+  return w;
 }
 
 class RelayHub {
@@ -165,6 +221,9 @@ class RelayHub {
     bool scalar_sum = false;               // Options::relay_scalar_sum
     std::uint32_t threads = 1;             // Options::relay_threads: the thread and its helpers
     std::uint32_t sites = 0;               // ride sites a device (words after the slot sets)
+    // The kernels confirm each sum they saw (publish header word SEEN, shaders/relay.glsl)
+    // and the thread checks it: false only where a test plays the devices.
+    bool confirm = true;
   };
 
   // What the thread did so far: tpar::RelayStats (comm/call.hpp says what each field is).
@@ -173,7 +232,7 @@ class RelayHub {
   RelayHub(const DeviceGroup& group, const Config& config, FailureHandler on_failure)
       : n_(group.size()), config_(config), on_failure_(std::move(on_failure)), next_sequence_(config.first_sequence),
         first_seen_(n_), last_by_device_(std::make_unique<std::atomic<std::uint64_t>[]>(n_)), kernel_prev_(n_),
-        last_stamp_(config.depth, 0) {
+        last_stamp_(config.depth, 0), served_sequence_(std::make_unique<std::atomic<std::uint64_t>[]>(config.depth)) {
     if (config_.max_bytes % sizeof(float) || !config_.max_bytes)
       throw Error(ErrorCode::invalid_argument, "the relay's largest payload must be a positive multiple of 4 bytes");
     const std::size_t max_count = config_.max_bytes / sizeof(float);
@@ -181,15 +240,16 @@ class RelayHub {
     for (std::size_t d = 0; d < n_; ++d) align = std::max(align, group[d].capabilities().min_storage_offset_alignment);
     slot_block_ = align_up(relay_layout::payload * 4 + config_.max_bytes, align);
     publish_block_ = align_up(relay_layout::header_bytes + 2 * config_.max_bytes, align);
-    using F = vk::MemoryPropertyFlagBits;
+    std::string memory;
     devices_.resize(n_);
     for (std::size_t d = 0; d < n_; ++d) {
       Device& dev = group[d];
       auto& s = devices_[d];
-      s.slots = map_buffer(dev, slot_block_ * config_.depth + std::size_t{config_.sites} * 4, F::eDeviceLocal | F::eHostVisible | F::eHostCoherent, {}, {},
+      s.slots = map_buffer(dev, slot_block_ * config_.depth + std::size_t{config_.sites} * 4, relay_slot_memory(dev),
                            "slots (device-local, host-visible memory)");
-      s.publish = map_buffer(dev, publish_block_ * config_.depth, F::eHostVisible | F::eHostCoherent, F::eHostCached,
-                             F::eDeviceLocal, "publish areas (host memory)");
+      s.publish = map_buffer(dev, publish_block_ * config_.depth, relay_publish_memory(dev), "publish areas (host memory)");
+      memory += (d ? "; device " : "device ") + std::to_string(d) + ": slots in memory " + memory_type_text(*s.slots) +
+                ", publish areas in " + memory_type_text(*s.publish);
       if ((config_.queue_waits >> d) & 1u) s.release = Timeline(dev.handle());
     }
     peers_.resize(config_.host_peers);
@@ -198,6 +258,7 @@ class RelayHub {
       for (std::size_t i = 0; i < max_count; ++i) peers_[p][i] = relay_host_peer_value(p, i);
     }
     check_threads(config_.threads);
+    log(LogLevel::info, "relay memory: " + memory);
     log(LogLevel::info, std::string("relay: the host thread sums ") +
                             (config_.scalar_sum ? std::string("one value a step (TPAR_RELAY_SUM=scalar)")
                                                 : std::string("with ") + relay_sum_path()) +
@@ -332,6 +393,23 @@ class RelayHub {
   bool failed() const {
     std::lock_guard lock(mutex_);
     return failed_;
+  }
+
+  // From any thread, once a call's work finished on the GPUs (Ticket::wait): fails the
+  // communicator where a kernel gave up waiting for the last sum the thread wrote into
+  // its slot set (it did not see the host's write, and left its buffer as it was), so
+  // that no host wait returns such a call as done.
+  void verify() {
+    if (!config_.confirm) return;
+    for (std::uint32_t p = 0; p < config_.depth; ++p) {
+      const std::uint64_t sequence = served_sequence_[p].load(std::memory_order_acquire);
+      if (!sequence) continue;
+      for (std::size_t d = 0; d < n_; ++d)
+        if (kernel_outcome(d, p, static_cast<std::uint32_t>(sequence)) == Outcome::gave_up) {
+          report_unseen(gave_up_why(d, sequence));
+          return;
+        }
+    }
   }
 
   // Submitted calls not yet served.
@@ -498,13 +576,24 @@ class RelayHub {
     // "tpar-relay", so that tools (top -H, tpar-idle-cpu) tell it from the driver's threads.
     (void)::pthread_setname_np(::pthread_self(), "tpar-relay");
 #endif
+    using namespace std::chrono_literals;
     std::unique_lock lock(mutex_);
     bool slept = false;
     for (;;) {
       if (ready_.empty() && !stop_) {
         lock.unlock();
         linger();
+        check_confirmed();
         lock.lock();
+        // Calls served whose kernels have not all confirmed their sum yet (they usually
+        // have by now): looked at every millisecond until they have, or the timeout
+        // since their flags were written fails the communicator; then the thread blocks.
+        while (!stop_ && !failed_ && ready_.empty() && !unconfirmed_.empty()) {
+          cv_.wait_for(lock, 1ms, [&] { return stop_ || !ready_.empty(); });
+          lock.unlock();
+          check_confirmed();
+          lock.lock();
+        }
         slept = ready_.empty() && !stop_;
         cv_.wait(lock, [&] { return stop_ || !ready_.empty(); });
       }
@@ -519,12 +608,20 @@ class RelayHub {
       const auto deadline = std::max(c.handed, last_end_) + config_.timeout;
       lock.unlock();
       std::string why;
-      const bool ok = serve(c, deadline, why);
+      bool unseen = false;  // a kernel did not see a sum (why says which): no timeout of this call's
+      const bool ok = check_confirmed() && serve(c, deadline, why, unseen);
       if (!ok && !quit_.load(std::memory_order_acquire)) {
-        // This call (still first in line) and every one after it: released by abort().
-        const Error e(ErrorCode::timeout, "relay call " + std::to_string(c.sequence) + " was not served within the timeout: " + why);
-        if (on_failure_) on_failure_(e);
-        abort();
+        if (unseen) {
+          report_unseen(why);
+          unconfirmed_.clear();
+        } else {
+          // This call (still first in line) and every one after it: released by abort().
+          const Error e(ErrorCode::timeout, "relay call " + std::to_string(c.sequence) + " was not served within the timeout: " +
+                                                why + unconfirmed_hint());
+          unconfirmed_.clear();
+          if (on_failure_) on_failure_(e);
+          abort();
+        }
       }
       lock.lock();
       last_end_ = std::chrono::steady_clock::now();
@@ -543,8 +640,9 @@ class RelayHub {
     }
   }
 
-  // One call: false (and why) when its values did not all come in time.
-  bool serve(const Call& c, std::chrono::steady_clock::time_point deadline, std::string& why) {
+  // One call: false (and why) when its values did not all come in time, or (`unseen`)
+  // where a kernel had given up on the sum of this slot set's previous call.
+  bool serve(const Call& c, std::chrono::steady_clock::time_point deadline, std::string& why, bool& unseen) {
     note_kernel_times(c.parity);
     Backoff backoff;
     auto arrived = c.handed;  // every device's first chunk seen (set below; a call of no values has none)
@@ -605,22 +703,131 @@ class RelayHub {
     }
     if (!ok) return false;
     if (parts > 1) split_calls_.fetch_add(1, std::memory_order_relaxed);
+    // Every device arrived, so each finished the previous call of this slot set: whether
+    // its kernel saw that call's sum is settled (a kernel that gave up left its buffer as
+    // it was). At the stamp wrap, before the scrub clears the words that say so, every
+    // earlier call of every set; else after this call's flags, off its path.
+    const std::uint32_t settled = c.stamp == 0xFFFFFFFFu ? ~0u : c.parity;
+    if (settled == ~0u && !settle(settled, why)) {
+      unseen = true;
+      return false;
+    }
     // Every device has published this call and none can publish again before it has the
     // sum: the moment to clear stale stamps before they repeat (once per 2^32 calls).
     if (c.stamp == 0xFFFFFFFFu) scrub();
     last_stamp_[c.parity] = c.stamp;
     served_.fetch_add(1, std::memory_order_acq_rel);  // before any device can finish the call
+    const RelayWithheld& withheld = relay_withheld();
     relay_store_fence();
     for (std::size_t d = 0; d < n_; ++d)
-      relay_store_word(&slot_words(d, c.parity)[relay_layout::flag], c.stamp);
+      if (!withheld.call(d, c.sequence)) relay_store_word(&slot_words(d, c.parity)[relay_layout::flag], c.stamp);
     relay_store_fence();
     const auto written = std::chrono::steady_clock::now();
+    served_sequence_[c.parity].store(c.sequence, std::memory_order_release);
+    if (settled != ~0u && !settle(settled, why)) {  // (this call is not among them yet)
+      unseen = true;
+      return false;
+    }
+    if (config_.confirm) unconfirmed_.push_back({c.sequence, c.stamp, c.parity, written});
     arriving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(arrived - c.handed).count(),
                            std::memory_order_acq_rel);
     serving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(written - arrived).count(),
                           std::memory_order_acq_rel);
     release_queues(c.sequence);
     return true;
+  }
+
+  // What device d's kernel of the call stamped `stamp` on slot set `parity` left in its
+  // publish header: nothing yet, the sum seen (or a later call's of the set), or its wait
+  // given up.
+  enum class Outcome { pending, seen, gave_up };
+  Outcome kernel_outcome(std::size_t d, std::uint32_t parity, std::uint32_t stamp) const {
+    std::uint32_t* h = publish_header(d, parity);
+    const auto word = [&](std::size_t i) { return std::atomic_ref<std::uint32_t>(h[i]).load(std::memory_order_acquire); };
+    if (word(relay_layout::gave_up) == stamp) return Outcome::gave_up;
+    const std::uint32_t seen = word(relay_layout::seen);
+    return seen && static_cast<std::int32_t>(seen - stamp) >= 0 ? Outcome::seen : Outcome::pending;
+  }
+
+  std::string gave_up_why(std::size_t d, std::uint64_t sequence) const {
+    return "device " + std::to_string(d) + "'s relay kernel gave up waiting for the sum of relay call " + std::to_string(sequence) +
+           ", which the host had written into its memory: it did not see the host's write while it ran (what the relay's "
+           "self-test checked at creation), and left its buffer as it was";
+  }
+
+  // The served calls whose kernels have not all confirmed their sum: those now confirmed
+  // are dropped; false (the communicator failed) where a kernel gave up on one, or did
+  // not confirm it within the timeout of its flags being written. The thread's only.
+  bool check_confirmed() {
+    if (unconfirmed_.empty() || quit_.load(std::memory_order_acquire)) return true;
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = unconfirmed_.begin(); it != unconfirmed_.end();) {
+      bool all = true;
+      for (std::size_t d = 0; d < n_; ++d) {
+        const Outcome o = kernel_outcome(d, it->parity, it->stamp);
+        if (o == Outcome::gave_up) {
+          report_unseen(gave_up_why(d, it->sequence));
+          unconfirmed_.clear();
+          return false;
+        }
+        if (o == Outcome::pending) {
+          all = false;
+          if (now - it->written > config_.timeout) {
+            report_unseen("device " + std::to_string(d) + "'s relay kernel did not confirm the sum of relay call " +
+                          std::to_string(it->sequence) + " within the timeout (" +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(config_.timeout).count()) +
+                          " ms) after the host wrote it into its memory: it does not see the host's writes while it runs "
+                          "(what the relay's self-test checked at creation), or the device stalled");
+            unconfirmed_.clear();
+            return false;
+          }
+        }
+      }
+      it = all ? unconfirmed_.erase(it) : std::next(it);
+    }
+    return true;
+  }
+
+  // Every device arrived at a call of slot set `parity` (~0u: of every set), so each
+  // finished the set's earlier calls: those whose kernel did not give up are settled.
+  bool settle(std::uint32_t parity, std::string& why) {
+    for (auto it = unconfirmed_.begin(); it != unconfirmed_.end();) {
+      if (parity != ~0u && it->parity != parity) {
+        ++it;
+        continue;
+      }
+      for (std::size_t d = 0; d < n_; ++d)
+        if (kernel_outcome(d, it->parity, it->stamp) == Outcome::gave_up) {
+          why = gave_up_why(d, it->sequence);
+          return false;
+        }
+      it = unconfirmed_.erase(it);
+    }
+    return true;
+  }
+
+  // For a call that timed out: a device whose kernel had not confirmed an earlier sum.
+  std::string unconfirmed_hint() const {
+    for (const auto& u : unconfirmed_)
+      for (std::size_t d = 0; d < n_; ++d)
+        if (kernel_outcome(d, u.parity, u.stamp) == Outcome::pending)
+          return "; device " + std::to_string(d) + "'s kernel had not confirmed the sum of relay call " + std::to_string(u.sequence) +
+                 " either: it may not see the host's writes into its memory while it runs (what the relay's self-test checked at "
+                 "creation)";
+    return {};
+  }
+
+  // A kernel did not see a sum the host wrote: the communicator fails (logged: the
+  // premise the relay rests on stopped holding) and every call in flight is given up.
+  void report_unseen(const std::string& why) {
+    {
+      std::lock_guard lock(mutex_);
+      if (failed_) return;
+    }
+    log(LogLevel::error, "relay: " + why);
+    const Error e(ErrorCode::timeout, "relay: " + why);
+    if (on_failure_) on_failure_(e);
+    abort();
   }
 
   // Values [begin, end) of call c (whole grains from `begin`): read from every contributing
@@ -813,6 +1020,14 @@ class RelayHub {
   };
   std::vector<KernelPrev> kernel_prev_;   // the thread's only, by device: the last call's stamps read
   std::vector<std::uint32_t> last_stamp_;  // the thread's only, by slot set: its last call served
+  // By slot set: the number of its last call whose flags were written (Ticket::wait's verify).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> served_sequence_;
+  struct Unconfirmed {
+    std::uint64_t sequence = 0;
+    std::uint32_t stamp = 0, parity = 0;
+    std::chrono::steady_clock::time_point written;
+  };
+  std::deque<Unconfirmed> unconfirmed_;  // the thread's only: calls served, not yet confirmed by every kernel
   std::atomic<std::uint64_t> kernel_count_{0}, kernel_gaps_{0};
   std::atomic<std::int64_t> kernel_ns_[4] = {0, 0, 0, 0};  // publish, wait, copy, gap
   static constexpr std::uint32_t gap_bin_ns = 250;          // the gaps by 0.25 us, up to 1 ms
@@ -831,14 +1046,26 @@ class RelayHub {
   std::thread thread_;  // last: started once everything above exists
 };
 
+// The relay asked for where it cannot run (the gate, or its self-test): a tpar::Error
+// (unsupported) that make_communicator passes on rather than reading it as NativeImport's.
+struct RelayRefusal : Error {
+  using Error::Error;
+};
+
 // What a communicator knows of the relay from its creation on: whether and how the group
 // can run it, and whether it was asked for.
 struct RelaySetup {
   RelayGate gate;
   bool asked = false;              // TPAR_ALGO=relay or host-played peers: no fallback
-  bool off = false;                // the automatic choice took it and its memory could not be made
+  bool off = false;                // the automatic choice took it and its memory could not be made, or its self-test failed
   std::uint32_t spin_bound_ms = 0;
   RelayHub::Config config;
+  // The self-test (comm/detail/relay_self_test.hpp): which devices' kernels wait for the
+  // host's write, at the relay's largest call; run where the relay may be used at all.
+  std::uint32_t test_kernel_waits = 0;
+  std::size_t test_count = 0;
+  std::chrono::milliseconds test_start_bound{0};
+  bool needs_test() const { return asked || gate.automatic; }
 
   // Throws on bad relay options, and where the relay is asked for but the group cannot
   // run it (the reason in words, as for TPAR_SYNC=native).
@@ -856,7 +1083,7 @@ struct RelaySetup {
                                                    std::to_string(max_group_devices) + " contributions");
     r.asked = options.algo == AlgoChoice::relay || options.relay_host_peers;
     if (r.asked && !r.gate.possible)
-      throw Error(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + r.gate.reason);
+      throw RelayRefusal(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + r.gate.reason);
     // A GPU's queues waiting for the host's release: correct, never taken automatically
     // (RelayGate::gpu_queue_waits); asked for, it runs, and says so.
     if (r.asked && r.gate.gpu_queue_waits)
@@ -875,6 +1102,14 @@ struct RelaySetup {
     RelayHub::check_threads(options.relay_threads);  // refused at creation, not at the first relay call
     r.config.threads = options.relay_threads;
     r.config.sites = options.relay_ride ? 1024 : 0;
+    r.test_kernel_waits = ~r.gate.queue_waits & (n >= 32 ? ~0u : (1u << n) - 1u);
+    const std::size_t largest = r.asked ? options.relay_max_bytes : std::min(options.relay_max_bytes, r.gate.automatic_max_bytes);
+    r.test_count = std::clamp<std::size_t>(largest / sizeof(float), 1, std::size_t{relay_max_groups} * 512);
+    // Asked for, the relay waits for a busy queue as long as any call would; chosen
+    // automatically, half a second, then calls take OneShot (and the next communicator
+    // tries again).
+    const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
+    r.test_start_bound = r.asked ? timeout_ms : std::min(timeout_ms, std::chrono::milliseconds(500));
     return r;
   }
 
