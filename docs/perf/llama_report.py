@@ -33,9 +33,10 @@ import textwrap
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RAW = os.path.join(HERE, "raw")
+# The history's logs: each block of docs/design/decode-history.md, server-history.md and llama-move.md
+# shows the run it names (the current tables pick their own, newest first: runs()).
 MOVE = "move-h200x2-d1ea59b.txt"
 GLANCE = "glance-h200x2-5b869da.txt"
-SERVER = "server-h200x2-5b869da.txt"
 # The same run's decode rows (part decode: 8B at -d 8192 and the 32-layer model, then 8B
 # q8_0, Q4_K_M and the 70B shapes with a token's trace) and its mixed traffic: run Q1 of
 # docs/design/boundary-parts.md, every command on one machine.
@@ -329,8 +330,10 @@ def render_first_screen():
         return b[f"{label}-{tag}"]["tg128" if tag == "8b" else "tg64"][0]
     lines += [
         "",
-        f"The table and the 4-slot server: {built_with(run)}, {run['date']}, one run; the mixed traffic: "
-        f"{built_with(mx_run)}, {mx_run['date']}; each run, other machines and what bounds each figure: "
+        (f"The table and the 4-slot server: {built_with(run)}, {run['date']}, one run; "
+         if (sv_run["tree"], sv_run["built"]) == (run["tree"], run["built"]) else
+         f"The table: {built_with(run)}, {run['date']}; the 4-slot server: {built_with(sv_run)}, {sv_run['date']}; ")
+        + f"the mixed traffic: {built_with(mx_run)}, {mx_run['date']}; each run, other machines and what bounds each figure: "
         f"[PERFORMANCE.md](docs/PERFORMANCE.md). Generation, t/s, Q8_0, the same machine: 8B {a8['none']:.1f} on one GPU "
         f"with Vulkan, {cu('cuda-none', '8b'):.1f} with CUDA; on two {a8['tpar']:.1f} through tpar, "
         f"{cu('cuda2-nccl-p2p-off', '8b'):.1f} with CUDA and NCCL through host memory, {cu('cuda2-internal', '8b'):.1f} "
@@ -338,8 +341,9 @@ def render_first_screen():
         f"{a70['tpar']:.1f}, {cu('cuda2-nccl-p2p-off', '70b20'):.1f} and {cu('cuda2-internal', '70b20'):.1f} on two.",
         "",
         "**Measured on NVIDIA H100/H200 only; AMD, Intel, consumer cards and Windows never run — how to find out on "
-        "yours:** `tpar-info --self-test` (`scripts/run.sh` builds it) says whether each device qualifies and what "
-        "tpar would choose; `scripts/llama.sh` prints the none / layer / tensor table on your GPUs.",
+        "yours:** `tpar-info --self-test` (`scripts/run.sh` builds it) reports, device by device, what tpar needs "
+        "and what its self-tests find there; `scripts/llama.sh` prints the none / layer / tensor table on your GPUs.",
+
         "",
         "**Try it** (Debian 12, as root; the guide: [docs/integrating-ggml.md](docs/integrating-ggml.md); "
         "programs go to build-llama/build/bin/, the models `scripts/llama.sh` makes to build-llama/models/):",
