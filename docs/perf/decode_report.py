@@ -355,11 +355,17 @@ def render():
             for mode in ("internal", "nccl-p2p-off", "nccl"):
                 r[mode] = t(cb, f"cuda{k}-{mode}-{suffix}", tg) / cu1
             cuda_ratio[(suffix, k)] = r
-            crows.append(f"| {model if k == 2 else ''} | {k} | {r['tpar']:.2f}x | {r['internal']:.2f}x | {r['nccl-p2p-off']:.2f}x "
-                         f"| {r['nccl']:.2f}x |")
+            sp = {"tpar": ratio_spread(cb[f"tpar{k}-after-{suffix}"][tg], cb[f"none-{suffix}"][tg])}
+            for mode in ("internal", "nccl-p2p-off", "nccl"):
+                sp[mode] = ratio_spread(cb[f"cuda{k}-{mode}-{suffix}"][tg], cb[f"cuda-none-{suffix}"][tg])
+            cell = {m: f"{v[0]:.2f}x ({v[1]:.2f}-{v[2]:.2f})" for m, v in sp.items()}
+            crows.append(f"| {model if k == 2 else ''} | {k} | {cell['tpar']} | {cell['internal']} | {cell['nccl-p2p-off']} "
+                         f"| {cell['nccl']} |")
     blocks["decode-cuda"] = "\n".join(
-        [f"Decode (tg) against each backend's own one GPU: {n} × {sc['gpu']}, {sc['date']}, one machine, one run (tree "
-         f"{sc['tree']}, tpar's binaries of {s['tree']}); the pinned llama.cpp built there with ggml-cuda (sm_90, NCCL from "
+        [f"Decode (tg) against each backend's own one GPU, in brackets the spread: {n} × {sc['gpu']}, {sc['date']}, one "
+         f"machine, one run (tree {sc['tree']}, tpar's binaries of {s['tree']}, llama.cpp {sc['llama']} + {sc['patches']} "
+         f"patches); the pinned llama.cpp of that day built there with ggml-cuda (sm_90, NCCL from "
+
          f"PyTorch's wheel), `GGML_CUDA_ALLREDUCE=internal|nccl`, `NCCL_P2P_DISABLE=1` for NCCL staged through host "
          f"memory, as tpar must. One GPU: Vulkan {t(cb, 'none-8b', 'tg128'):.2f} and CUDA {t(cb, 'cuda-none-8b', 'tg128'):.2f} "
          f"t/s (8B), {t(cb, 'none-70b20', 'tg64'):.2f} and {t(cb, 'cuda-none-70b20', 'tg64'):.2f} (70B shapes). Raw: "

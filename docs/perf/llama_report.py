@@ -1883,7 +1883,7 @@ def main():
         return 0
     bad = decode_report.place(blocks, DOCS, args == ["--check"], "llama_report.py")
     if args == ["--check"] and not bad:
-        print("llama_report.py: README.md and PERFORMANCE.md hold what the logs say")
+        print("llama_report.py: README.md, PERFORMANCE.md and the history notes hold what the logs say")
     return bad
 
 if __name__ == "__main__":
