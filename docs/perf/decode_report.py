@@ -373,7 +373,9 @@ def render():
 
     beat = [cuda_ratio[(m, k)]["tpar"] >= cuda_ratio[(m, k)]["nccl-p2p-off"] for m in ("8b", "70b20") for k in (2, n)]
     blocks["decode-targets"] += "\n" + (
-        f"- Beat CUDA's ratios over host memory (NCCL, peer-to-peer off; run of {sc['tree']} above): 8B "
+        f"- Beat CUDA's ratios over host memory on these four H100s (NCCL, peer-to-peer off; the run of {sc['tree']}, "
+        f"PERFORMANCE.md's CUDA table): 8B "
+
         f"{cuda_ratio[('8b', 2)]['tpar']:.2f}x / {cuda_ratio[('8b', n)]['tpar']:.2f}x against "
         f"{cuda_ratio[('8b', 2)]['nccl-p2p-off']:.2f}x / {cuda_ratio[('8b', n)]['nccl-p2p-off']:.2f}x, 70B shapes "
         f"{cuda_ratio[('70b20', 2)]['tpar']:.2f}x / {cuda_ratio[('70b20', n)]['tpar']:.2f}x against "
