@@ -516,11 +516,13 @@ def render_current():
     t8, t70 = cells[("8b", "q8_0")]["tg"]["one"][0], cells[("70b20", "q8_0")]["tg"]["one"][0]
     mx_ok = answered == asked
     two = f"{run['n']} × {run['gpu'].replace('NVIDIA ', '')}"
+    fourname = f"{fr['n']} × {fr['gpu'].replace('NVIDIA ', '')}"
     blocks["perf-targets"] = "\n".join([
         f"- 8B generation ≥ 1.05x one GPU: {two} {' and '.join(fx(x) for x in g8)} (Q8_0, Q4_K_M): {verdict(min(g8) >= 1.05)}; "
-        f"{fr['n']} GPUs {fx(four['8b'][0])} and {fx(four['8b-q4_k_m'][0])}: {verdict(min(four['8b'][0], four['8b-q4_k_m'][0]) >= 1.05)}.",
+        f"{fourname} {fx(four['8b'][0])} and {fx(four['8b-q4_k_m'][0])}: {verdict(min(four['8b'][0], four['8b-q4_k_m'][0]) >= 1.05)}.",
         f"- 70B shapes (20 layers) generation ≥ 1.50x: {two} {' and '.join(fx(x) for x in g70)}: {verdict(min(g70) >= 1.5)}; "
-        f"{fr['n']} GPUs {fx(four['70b20'][0])}: {verdict(four['70b20'][0] >= 1.5)}.",
+        f"{fourname} {fx(four['70b20'][0])}: {verdict(four['70b20'][0] >= 1.5)}.",
+
         f"- The prompt (pp512) ≥ 1.6x: {rng(pps)}: {verdict(min(pps) >= 1.6)}.",
         f"- 8B at `-d 8192` ≥ 1.0x: {fx(one_d['8b-d8192'])}: {verdict(one_d['8b-d8192'] >= 1.0)}.",
         f"- The 32-layer, 256-wide model (the host's token) ≥ 0.75x: {fx(one_d['tiny32'])}: {verdict(one_d['tiny32'] >= 0.75)}.",
