@@ -48,7 +48,24 @@ def stamp(text):
     ran = re.search(r"^# ran (\S+)", text, re.M).group(1)
     header = text.split("\ngpu-suite.sh:")[0]  # the first log's stamp
     gpus = re.findall(r"^# gpu \d+, ([^,]+), ([^,]+),", header, re.M)
-    return {"tree": tree, "date": ran[:10], "time": ran[11:16], "gpu": gpus[0][0], "driver": gpus[0][1], "n": len(gpus)}
+    llama = re.search(r"^# (?:tree|built) .*?llama\.cpp ([0-9a-f]+) \+ (?:(\d+) patches|patches to (\d{4}))", header, re.M)
+    return {"tree": tree, "date": ran[:10], "time": ran[11:16], "gpu": gpus[0][0], "driver": gpus[0][1], "n": len(gpus),
+            "llama": llama.group(1) if llama else None, "patches": int(llama.group(2) or llama.group(3)) if llama else None}
+
+
+def ratio_spread(a, b):
+    """(mean, low, high) of a / b, each llama-bench's (mean, sd): low and high with each side one sd apart."""
+    (ma, sa), (mb, sb) = a, b
+    return ma / mb, (ma - sa) / (mb + sb), (ma + sa) / (mb - sb)
+
+
+def word(ratios, than):
+    """How (mean, low, high) ratios stand against `than`, in words: faster or slower only where every spread is."""
+    if all(lo >= 1.005 for _, lo, _ in ratios):
+        return f"faster than {than}"
+    if all(hi < 0.995 for _, _, hi in ratios):
+        return f"slower than {than}"
+    return f"about as fast as {than}"
 
 
 def benches(text):
@@ -176,7 +193,7 @@ def render():
         deep.append(f"| {name} | {tg_cell(b, label, 'tg128 @ d8192')} | {t(b, label, 'tg128 @ d8192') / base:.2f}x |")
     blocks["decode-llama"] = "\n".join(
         [f"{n} × {s['gpu']} (driver {s['driver']}), tree {s['tree']}, {s['date']}; one run, every row the same binary "
-         f"(llama.cpp 3f545bec + patches 0001-0008), random weights, `llama-bench -fa 1 -r 3`; raw: "
+         f"(llama.cpp {s['llama']} + {s['patches']} patches), random weights, `llama-bench -fa 1 -r 3`; raw: "
          f"[perf/raw/{RUN}](perf/raw/{RUN}).", "", "    scripts/gpu-suite.sh llama      # on the GPU machine, after scripts/gpu-bundle.sh here",
          ""] + rows + [""] + deep)
 
@@ -184,18 +201,22 @@ def render():
     def ratio(label, test, base):
         return t(b, label, test) / t(b, base, test)
 
-    glance = ["| model | prefill, pp512, 2 / {n} GPUs | decode, 2 / {n} GPUs | `-sm layer` decode, 2 GPUs | verdict |".format(n=n),
-              "|---|---|---|---|---|"]
+    glance = ["| model | prompt, pp512, 2 / {n} GPUs (spread) | generation, 2 / {n} GPUs (spread) | `-sm layer` generation, "
+              "2 GPUs | in words, {n} GPUs against one |".format(n=n), "|---|---|---|---|---|"]
+
+    def spread(r):
+        return f"{r[0]:.2f}x ({r[1]:.2f}-{r[2]:.2f})"
     for model, suffix, tg in (("Llama-3-8B shapes, q8_0", "8b", "tg128"), ("Llama-3-70B shapes, 20 of 80 layers, q8_0", "70b20", "tg64")):
-        pre = [ratio(f"tpar{k}-after-{suffix}", "pp512", f"none-{suffix}") for k in (2, n)]
-        dec = [ratio(f"tpar{k}-after-{suffix}", tg, f"none-{suffix}") for k in (2, n)]
+        pre = [ratio_spread(b[f"tpar{k}-after-{suffix}"]["pp512"], b[f"none-{suffix}"]["pp512"]) for k in (2, n)]
+        dec = [ratio_spread(b[f"tpar{k}-after-{suffix}"][tg], b[f"none-{suffix}"][tg]) for k in (2, n)]
         lay = ratio(f"layer2-{suffix}", tg, f"none-{suffix}")
-        word = lambda x: "gain" if x > 1.02 else "loss" if x < 0.98 else "even"
-        glance.append(f"| {model} | {pre[0]:.2f}x / {pre[1]:.2f}x | {dec[0]:.2f}x / {dec[1]:.2f}x | {lay:.2f}x | "
-                      f"prefill: **{word(min(pre))}**; decode: **{word(min(dec)) if word(min(dec)) == word(max(dec)) else word(min(dec)) + ' / ' + word(max(dec))}** |")
+        glance.append(f"| {model} | {spread(pre[0])} / {spread(pre[1])} | {spread(dec[0])} / {spread(dec[1])} | {lay:.2f}x | "
+                      f"the prompt {word([pre[1]], 'one GPU')}, generation {word([dec[1]], 'one GPU')} |")
     blocks["glance"] = "\n".join(
-        [f"{s['date']}, tree {s['tree']}, {n} × {s['gpu']}, driver {s['driver']}, random weights, `llama-bench -fa 1 -r 3`; "
-         f"the full table, commands and raw log below (\"llama.cpp on four H100s\").", ""] + glance)
+        [f"{n} × {s['gpu']} (driver {s['driver']}), {s['date']}, tpar tree {s['tree']}, llama.cpp {s['llama']} + "
+         f"{s['patches']} patches, one run, `scripts/gpu-suite.sh llama`: random weights, `llama-bench -fa 1 -r 3`; raw "
+         f"[perf/raw/{RUN}](perf/raw/{RUN}); every mode, the host's time per token and the targets of that run: "
+         f"[design/decode-history.md](design/decode-history.md#four-h100s-llamacpp-3f545bec-2026-11-26).", ""] + glance)
 
     # --- the AllReduce alone, from the sweep logs (report.py renders their full tables)
     arows = ["| machine | figure | tpar (runtime's choice) | NCCL P2P off | ratio | NCCL NVLink (reference) |",
@@ -217,8 +238,8 @@ def render():
         f"Vulkan reaches no NVLink), tpar moved 64 MiB at {ar['h100x2'][0]:.2f}x NCCL's bus bandwidth on two H100s "
         f"(2026-11-26, tree c142125), {ar['x2'][0]:.2f}x on two H200s and {ar['x4'][0]:.2f}x on four (2026-11-21), and was "
         f"{ar['x4'][1]:.1f}-{ar['x2'][1]:.1f}x slower at 16 KiB on the H200s, back to back (the two H100s' 16 KiB row is "
-        f"their sweep's first and slow; docs/PERFORMANCE.md, \"At a glance\"; a decode's dependent chain is another "
-        f"matter: \"The chain\").")
+        f"their sweep's first and slow; docs/PERFORMANCE.md, \"The AllReduce by size\", where \"The chain\" times a "
+        f"decode's dependent chain).")
 
     # --- the host per token
     hrows = ["| 8B, one decode token | token | host enqueue | vs `-sm none`'s | in vkQueueSubmit | in graph_compute | "
@@ -334,11 +355,17 @@ def render():
             for mode in ("internal", "nccl-p2p-off", "nccl"):
                 r[mode] = t(cb, f"cuda{k}-{mode}-{suffix}", tg) / cu1
             cuda_ratio[(suffix, k)] = r
-            crows.append(f"| {model if k == 2 else ''} | {k} | {r['tpar']:.2f}x | {r['internal']:.2f}x | {r['nccl-p2p-off']:.2f}x "
-                         f"| {r['nccl']:.2f}x |")
+            sp = {"tpar": ratio_spread(cb[f"tpar{k}-after-{suffix}"][tg], cb[f"none-{suffix}"][tg])}
+            for mode in ("internal", "nccl-p2p-off", "nccl"):
+                sp[mode] = ratio_spread(cb[f"cuda{k}-{mode}-{suffix}"][tg], cb[f"cuda-none-{suffix}"][tg])
+            cell = {m: f"{v[0]:.2f}x ({v[1]:.2f}-{v[2]:.2f})" for m, v in sp.items()}
+            crows.append(f"| {model if k == 2 else ''} | {k} | {cell['tpar']} | {cell['internal']} | {cell['nccl-p2p-off']} "
+                         f"| {cell['nccl']} |")
     blocks["decode-cuda"] = "\n".join(
-        [f"Decode (tg) against each backend's own one GPU: {n} × {sc['gpu']}, {sc['date']}, one machine, one run (tree "
-         f"{sc['tree']}, tpar's binaries of {s['tree']}); the pinned llama.cpp built there with ggml-cuda (sm_90, NCCL from "
+        [f"Decode (tg) against each backend's own one GPU, in brackets the spread: {n} × {sc['gpu']}, {sc['date']}, one "
+         f"machine, one run (tree {sc['tree']}, tpar's binaries of {s['tree']}, llama.cpp {sc['llama']} + {sc['patches']} "
+         f"patches); the pinned llama.cpp of that day built there with ggml-cuda (sm_90, NCCL from "
+
          f"PyTorch's wheel), `GGML_CUDA_ALLREDUCE=internal|nccl`, `NCCL_P2P_DISABLE=1` for NCCL staged through host "
          f"memory, as tpar must. One GPU: Vulkan {t(cb, 'none-8b', 'tg128'):.2f} and CUDA {t(cb, 'cuda-none-8b', 'tg128'):.2f} "
          f"t/s (8B), {t(cb, 'none-70b20', 'tg64'):.2f} and {t(cb, 'cuda-none-70b20', 'tg64'):.2f} (70B shapes). Raw: "
@@ -346,7 +373,9 @@ def render():
 
     beat = [cuda_ratio[(m, k)]["tpar"] >= cuda_ratio[(m, k)]["nccl-p2p-off"] for m in ("8b", "70b20") for k in (2, n)]
     blocks["decode-targets"] += "\n" + (
-        f"- Beat CUDA's ratios over host memory (NCCL, peer-to-peer off; run of {sc['tree']} above): 8B "
+        f"- Beat CUDA's ratios over host memory on these four H100s (NCCL, peer-to-peer off; the run of {sc['tree']}, "
+        f"PERFORMANCE.md's CUDA table): 8B "
+
         f"{cuda_ratio[('8b', 2)]['tpar']:.2f}x / {cuda_ratio[('8b', n)]['tpar']:.2f}x against "
         f"{cuda_ratio[('8b', 2)]['nccl-p2p-off']:.2f}x / {cuda_ratio[('8b', n)]['nccl-p2p-off']:.2f}x, 70B shapes "
         f"{cuda_ratio[('70b20', 2)]['tpar']:.2f}x / {cuda_ratio[('70b20', n)]['tpar']:.2f}x against "
@@ -360,8 +389,26 @@ def render():
     return blocks
 
 
-def apply(text, blocks):
+def relink(body, doc):
+    """A block written for docs/ (its links relative to docs/: perf/raw/..., design/...) as it reads in `doc`:
+    each relative link made relative to doc's own folder. README's blocks name paths from the root."""
+    here = os.path.dirname(doc)
+    if doc == "README.md" or here == "docs":
+        return body
+
+    def fix(m):
+        target = m.group(1)
+        if re.match(r"[a-z]+:|#", target):
+            return m.group(0)
+        path, _, anchor = target.partition("#")
+        new = os.path.relpath(os.path.normpath(os.path.join("docs", path)), here)
+        return f"]({new}{'#' + anchor if anchor else ''})"
+    return re.sub(r"\]\(([^)\s]+)\)", fix, body)
+
+
+def apply(text, blocks, doc="docs/PERFORMANCE.md"):
     for name, body in blocks.items():
+        body = relink(body, doc)
         pattern = re.compile(rf"(<!-- rendered: {re.escape(name)} -->\n)(?:.*?\n)?(<!-- end rendered: {re.escape(name)} -->)", re.S)
         text = pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
     return text
@@ -377,8 +424,9 @@ def place(blocks, docs, check, tool):
             text = f.read()
         found = [name for name in blocks if f"<!-- rendered: {name} -->" in text]
         missing -= set(found)
-        new = apply(text, blocks)
+        new = apply(text, blocks, doc)
         if check:
+
             if new != text:
                 print(f"{tool}: {doc} differs from its rendering ({', '.join(found)}); run python3 docs/perf/{tool}",
                       file=sys.stderr)
@@ -418,7 +466,10 @@ def main():
         with open(svg_path, "w") as f:
             f.write(svg)
         print(f"decode_report.py: drew docs/perf/{SVG}")
-    bad = place(blocks, ("docs/PERFORMANCE.md", "README.md"), args == ["--check"], "decode_report.py") or bad
+    bad = place(blocks, ("docs/PERFORMANCE.md", "README.md", "docs/design/decode-history.md", "docs/design/allreduce-bounds.md"),
+                args == ["--check"],
+                "decode_report.py") or bad
+
     if args == ["--check"] and not bad:
         print("decode_report.py: PERFORMANCE.md, README.md and the timeline hold what the logs say")
     return bad

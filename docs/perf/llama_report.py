@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Renders the llama.cpp figures of today's tree from the raw logs of scripts/gpu-suite.sh,
-so that no figure there is typed by hand:
+"""Renders the llama.cpp figures from the raw logs of scripts/gpu-suite.sh, so that no figure there is
+typed by hand.
 
-- README.md's first screen (readme-first): -sm tensor with tpar against one GPU and
-  -sm layer, CUDA's -sm tensor in the same run on the same machine, the server, and
-  the verdict by model size (GLANCE: parts env cuda, then MOVE_TREES=new move; SERVER:
-  part server, the same run on the same machine);
-- PERFORMANCE.md's move table (move: the old tree and the new, part move; MOVE), its
-  server table (server; SERVER), the decode paths side by side (decode: on two GPUs part
-  decode with the chain over six sizes and two models, then nccl, and part decode over
-  three more models, two runs in one log, DECODE; on four GPUs the chain and three
-  models, DECODE4), and the server under mixed traffic (part server-mixed; MIXED_BEFORE,
-  MIXED_AFTER, MIXED_RELAY, MIXED_THREADS, STEADY).
+The current results, each from the newest run under docs/perf/raw that holds what it needs (a run: the
+sections of one log of one tree and build, as its stamp says; a new log replaces, it never adds):
+
+- README.md's first screen (readme-first): what tpar is, what to expect by model size against one GPU
+  and -sm layer, the table with its llama.cpp tree and patch count, CUDA's rates on the same machine,
+  where it has not run and how to find out, the commands to try;
+- PERFORMANCE.md's tables of two H200s (perf-llama-h200x2, perf-decode-h200x2, server,
+  perf-server-mixed), of four (perf-h200x4) and the targets with their verdicts (perf-targets).
+
+The run-by-run history, each block from the logs its runs wrote (the constants below): the decode
+runs in docs/design/decode-history.md (decode-now, decode-relay, decode-bound, decode-ride,
+decode-ride-chain, decode-parts and their targets), the servers in docs/design/server-history.md
+(server-mixed-*, server-steps) and the move to llama.cpp de3ff815 in docs/design/llama-move.md (move).
 
     python3 docs/perf/llama_report.py            # rewrites the rendered blocks in place
     python3 docs/perf/llama_report.py --check    # exits 1 where a rendered block differs
@@ -19,7 +22,8 @@ so that no figure there is typed by hand:
 
 A block sits between `<!-- rendered: NAME -->` and `<!-- end rendered: NAME -->`. Needs
 nothing beyond Python 3. Exit status: 0 success (--check: the docs match), 1 they differ
-or a log is missing, 2 a usage error.
+or a log is missing, 2 a usage error. tests/tools/first_screen.py holds README's first 45 lines
+to this rendering and to what a first screen may name.
 """
 import os
 import re
@@ -29,9 +33,10 @@ import textwrap
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RAW = os.path.join(HERE, "raw")
+# The history's logs: each block of docs/design/decode-history.md, server-history.md and llama-move.md
+# shows the run it names (the current tables pick their own, newest first: runs()).
 MOVE = "move-h200x2-d1ea59b.txt"
 GLANCE = "glance-h200x2-5b869da.txt"
-SERVER = "server-h200x2-5b869da.txt"
 # The same run's decode rows (part decode: 8B at -d 8192 and the 32-layer model, then 8B
 # q8_0, Q4_K_M and the 70B shapes with a token's trace) and its mixed traffic: run Q1 of
 # docs/design/boundary-parts.md, every command on one machine.
@@ -89,12 +94,278 @@ MIXED_RIDE = (("E", "server-mixed-ride-h200x2-7d7dba0.txt"), ("F", "server-mixed
 # The relay kernels' own clock inside a token and in the chain (docs/design/boundary-parts.md runs P3, P4).
 PARTS = (("P3", "decode-kernel-parts-h200x2-970e50b.txt"), ("P4", "decode-gap-median-h200x2-46ad648.txt"),
          ("P6", "decode-ride-narrow-h200x2-973ae7a.txt"))
-DOCS = ("README.md", "docs/PERFORMANCE.md")
+DOCS = ("README.md", "docs/PERFORMANCE.md", "docs/design/decode-history.md", "docs/design/server-history.md",
+        "docs/design/llama-move.md")
 sys.path.insert(0, HERE)
 import decode_report  # noqa: E402  (the logs' stamp and llama-bench parsers)
 
 MODELS = [("8b", "Llama-3-8B shapes"), ("70b20", "Llama-3-70B shapes, 20 of 80 layers")]
 TYPES = [("q8_0", "Q8_0"), ("q4_k_m", "Q4_K_M")]
+
+
+# --- The current results: README's first screen and PERFORMANCE.md's tables, each from the newest run under raw/
+# that holds what it needs (a run: the sections of one log of one tree and build, scripts/gpu-suite.sh's stamp).
+
+PINNED = "de3ff815"  # the llama.cpp tree the patches apply to (third_party/): the only commit the first screen names
+
+
+def _section_stamp(sec):
+    """A gpu-suite.sh section's stamp: tree, build, llama.cpp and its patch count, run time, GPUs."""
+    tree = re.search(r"^# tree (\S+)", sec, re.M)
+    built = re.search(r"^# built (\S+)", sec, re.M)
+    ran = re.search(r"^# ran (\S+)", sec, re.M)
+    if not (tree and built and ran):
+        return None
+    llama = re.search(r"^# (?:tree|built) .*?llama\.cpp ([0-9a-f]+) \+ (?:(\d+) patches|patches to (\d{4}))", sec, re.M)
+    head = sec.split("\ngpu-suite.sh:")[0]
+    gpus = re.findall(r"^# gpu \d+, ([^,]+), ([^,]+),", head, re.M)
+    if not llama or not gpus:
+        return None
+    return {"tree": tree.group(1), "built": built.group(1), "ran": ran.group(1), "llama": llama.group(1),
+            "patches": int(llama.group(2) or llama.group(3)), "gpu": gpus[0][0], "driver": gpus[0][1], "n": len(gpus),
+            "date": ran.group(1)[:10]}
+
+
+_RUNS = None
+
+
+def runs():
+    """Every run under raw/, oldest first: {file, tree, llama, patches, built, ran (the last section's), date, gpu,
+    driver, n, text}. A log of several commands of one bundle is one run; a log of two bundles is two."""
+    global _RUNS
+    if _RUNS is None:
+        _RUNS = []
+        for name in sorted(os.listdir(RAW)):
+            if not name.endswith(".txt"):
+                continue
+            text = decode_report.read(name)
+            group = None
+            for part in text.split("# tpar gpu-suite:")[1:]:
+                sec = "# tpar gpu-suite:" + part
+                st = _section_stamp(sec)
+                if st is None:
+                    continue
+                key = (st["tree"], st["built"], st["n"], st["gpu"])
+                if group and group["key"] == key:
+                    group["text"] += sec
+                    group["ran"] = max(group["ran"], st["ran"])
+                else:
+                    group = dict(st, file=name, text=sec, key=key)
+                    _RUNS.append(group)
+        _RUNS.sort(key=lambda r: r["ran"])
+    return _RUNS
+
+
+def newest(what, test):
+    """The newest run for which test(run) holds; ValueError naming `what` where none does."""
+    for run in reversed(runs()):
+        try:
+            if test(run):
+                return run
+        except (KeyError, ValueError, IndexError):
+            continue
+    raise ValueError(f"no stamped log under docs/perf/raw holds {what}")
+
+
+def benches_of(run):
+    if "benches" not in run:
+        run["benches"] = decode_report.benches(run["text"])
+    return run["benches"]
+
+
+def has(run, labels):
+    b = benches_of(run)
+    return all(label in b for label in labels)
+
+
+ratio = decode_report.ratio_spread
+
+
+def fx(x):
+    return f"{x:.2f}x"
+
+
+def rng(values, unit="x"):
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}{unit}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}{unit}"
+
+
+word = decode_report.word
+
+
+TABLE_LABELS = ([f"move-new-{m}-{t}-{q}" for m in ("none", "layer2", "tpar2") for t, _ in MODELS for q, _ in TYPES]
+                + [f"cuda-none-{t}" for t, _ in MODELS] + [f"cuda2-{m}-{t}" for m in ("nccl-p2p-off", "internal")
+                                                           for t, _ in MODELS])
+
+
+def llama_table_run():
+    return newest("llama-bench's none, layer and tensor rows of the 8B and 70B shapes with CUDA's beside",
+                  lambda r: r["n"] == 2 and has(r, TABLE_LABELS))
+
+
+def llama_cells(run):
+    """{(model, type): {"pp"|"tg": {"one"|"layer": (mean, low, high)}, "abs": {...}}} from a run's move rows."""
+    b = benches_of(run)
+    out = {}
+    for tag, _ in MODELS:
+        tg = "tg128" if tag == "8b" else "tg64"
+        for ty, _ in TYPES:
+            none, layer, tpar = (b[f"move-new-{m}-{tag}-{ty}"] for m in ("none", "layer2", "tpar2"))
+            out[(tag, ty)] = {test: {"one": ratio(tpar[t], none[t]), "layer": ratio(tpar[t], layer[t])}
+                              for test, t in (("pp", "pp512"), ("tg", tg))}
+            out[(tag, ty)]["abs"] = {"none": none[tg][0], "layer": layer[tg][0], "tpar": tpar[tg][0],
+                                     "pp_none": none["pp512"][0], "pp_tpar": tpar["pp512"][0]}
+    return out
+
+
+def server_run():
+    return newest("a llama-server of 4 slots in each split mode",
+                  lambda r: r["n"] == 2 and all(k in server_rows(r["text"]) for k in ("none-4", "layer-4", "tpar-4")))
+
+
+def mixed_run():
+    def passes(r):
+        sections = ["# tpar gpu-suite:" + t for t in r["text"].split("# tpar gpu-suite:")[1:]]
+        ps = [p for p in split_passes({l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in sections)
+              if "mixed-none" in p and "mixed-tpar" in p]
+        if not ps or any(x[0] != x[1] for p in ps for x in p.values()):
+            raise ValueError("no pass of one GPU and tpar, or a request unanswered")
+        return ps
+    run = newest("llama-server under mixed traffic, each server warmed first",
+                 lambda r: r["n"] == 2 and "warm-up:" in r["text"] and passes(r))
+    return run, passes(run)
+
+
+def four_run():
+    return newest("llama-bench decode on four GPUs",
+                  lambda r: r["n"] == 4 and has(r, [f"{m}-{t}" for m in ("none", "none2", "tpar4-auto")
+                                                    for t in ("8b", "8b-q4_k_m", "70b20")]))
+
+
+def decode_run(tree):
+    """The decode rows (one GPU first and last, tpar, free boundaries) of the given tree's newest run."""
+    return newest(f"decode rows of tree {tree}", lambda r: r["tree"] == tree and r["n"] == 2 and has(
+        r, [f"{m}-{t}" for m in ("none", "none2", "tpar2-auto", "tpar2-skip") for t, _, _ in NOW_MODELS]))
+
+
+def mixed_figures(passes):
+    rates = [p["mixed-none"][3] / p["mixed-tpar"][3] for p in passes]
+    total = sum(p["mixed-none"][3] for p in passes) / sum(p["mixed-tpar"][3] for p in passes)
+    layer = [p["mixed-none"][3] / p["mixed-layer"][3] for p in passes if "mixed-layer" in p]
+    over_layer = [p["mixed-layer"][3] / p["mixed-tpar"][3] for p in passes if "mixed-layer" in p]
+    return rates, total, layer, over_layer
+
+
+def built_with(run):
+    return f"llama.cpp {run['llama']} + {run['patches']} patches"
+
+
+def render_first_screen():
+    """README's first screen: what tpar is, what to expect by model size, the table with its tree and patch count,
+    CUDA's absolute rates on the same machine, where it has not run and how to find out, the commands to try."""
+    run = llama_table_run()
+    if run["llama"] != PINNED:
+        raise ValueError(f"{run['file']}: llama.cpp {run['llama']}, not the pinned {PINNED}")
+    cells = llama_cells(run)
+    sv_run = server_run()
+    sv = server_rows(sv_run["text"])
+    mx_run, passes = mixed_run()
+    rates, total, layer, over_layer = mixed_figures(passes)
+    b = benches_of(run)
+    gpu = run["gpu"].replace("NVIDIA ", "")
+
+    def means(tag, test, against):
+        return [cells[(tag, ty)][test][against] for ty, _ in TYPES]
+
+    def m(rs):
+        return rng([r[0] for r in rs])
+
+    def s(rs):
+        return rng([r[1] for r in rs] + [r[2] for r in rs], "")
+
+    big_pp, big_tg = means("70b20", "pp", "one"), means("70b20", "tg", "one")
+    big_ppl, big_tgl = means("70b20", "pp", "layer"), means("70b20", "tg", "layer")
+    sm_pp, sm_tg = means("8b", "pp", "one"), means("8b", "tg", "one")
+    sm_ppl, sm_tgl = means("8b", "pp", "layer"), means("8b", "tg", "layer")
+    def both(w_one, w_layer):
+        """'faster than one GPU and than `-sm layer`' where the two words agree, else both in full."""
+        lead_one, lead_layer = w_one[:-len("one GPU")], w_layer[:-len("`-sm layer`")]
+        return f"{w_one} and {lead_layer.split()[-1]} `-sm layer`" if lead_one == lead_layer else f"{w_one} and {w_layer}"
+
+    lines = [
+        "tpar lets llama.cpp's `-sm tensor` split one model across several Vulkan GPUs, without CUDA or NCCL. It is "
+        "a header-only C++20 AllReduce that stays on the GPUs' own queues, staged through host memory.",
+        "",
+        f"**What to expect** on {run['n']} NVIDIA {gpu}s, against one GPU and `-sm layer` of the same machine "
+        "(llama-bench, random weights; spread: each side ± one standard deviation of its 3 repetitions):",
+        "",
+        f"- **A 70B-class model** (Llama-3-70B's shapes, 20 of its 80 layers): "
+        f"{both(word(big_pp + big_tg, 'one GPU'), word(big_ppl + big_tgl, '`-sm layer`'))}: the prompt "
+        f"{m(big_pp)} and {m(big_ppl)}, generation {m(big_tg)} (spread {s(big_tg)}) and {m(big_tgl)}.",
+        f"- **An 8B model**: the prompt {both(word(sm_pp, 'one GPU'), word(sm_ppl, '`-sm layer`'))} ({m(sm_pp)}, {m(sm_ppl)}); one "
+        f"stream's generation {word(sm_tg, 'one GPU')} ({m(sm_tg)}, spread {s(sm_tg)}), {word(sm_tgl, '`-sm layer`')} "
+        f"({m(sm_tgl)}).",
+        f"- **A llama-server** on the 8B model: 8 requests at once on 4 slots "
+
+        f"{fx(sv['tpar-4'][4] / sv['none-4'][4])} one GPU's tokens/s (`-sm layer` {fx(sv['layer-4'][4] / sv['none-4'][4])}); "
+        f"mixed traffic, 1 to 10 requests at once, {rng(rates)} one GPU's rate in {len(passes)} passes, "
+        f"{fx(total)} in all (`-sm layer` {rng(layer)}).",
+        "",
+        "| model | prompt (pp512) vs one GPU | vs `-sm layer` | generation vs one GPU | vs `-sm layer` |",
+        "|---|---|---|---|---|",
+    ]
+    for tag, name in MODELS:
+        for ty, tyname in TYPES:
+            c = cells[(tag, ty)]
+
+            def cell(r, bold=False):
+                v = f"**{r[0]:.2f}x**" if bold else f"{r[0]:.2f}x"
+                return f"{v} ({r[1]:.2f}-{r[2]:.2f})"
+            lines.append(f"| {name.replace('Llama-3-70B shapes, 20 of 80 layers', 'Llama-3-70B shapes, 20 layers')}, "
+                         f"{tyname} | {cell(c['pp']['one'], True)} | {fx(c['pp']['layer'][0])} | "
+                         f"{cell(c['tg']['one'], True)} | {fx(c['tg']['layer'][0])} |")
+    a8, a70 = cells[("8b", "q8_0")]["abs"], cells[("70b20", "q8_0")]["abs"]
+
+    def cu(label, tag):
+        return b[f"{label}-{tag}"]["tg128" if tag == "8b" else "tg64"][0]
+    lines += [
+        "",
+        (f"The table and the 4-slot server: {built_with(run)}, {run['date']}, one run; "
+         if (sv_run["tree"], sv_run["built"]) == (run["tree"], run["built"]) else
+         f"The table: {built_with(run)}, {run['date']}; the 4-slot server: {built_with(sv_run)}, {sv_run['date']}; ")
+        + f"the mixed traffic: {built_with(mx_run)}, {mx_run['date']}; each run, other machines and what bounds each figure: "
+        f"[PERFORMANCE.md](docs/PERFORMANCE.md). Generation, t/s, Q8_0, the same machine: 8B {a8['none']:.1f} on one GPU "
+        f"with Vulkan, {cu('cuda-none', '8b'):.1f} with CUDA; on two {a8['tpar']:.1f} through tpar, "
+        f"{cu('cuda2-nccl-p2p-off', '8b'):.1f} with CUDA and NCCL through host memory, {cu('cuda2-internal', '8b'):.1f} "
+        f"with CUDA's own AllReduce; 70B shapes {a70['none']:.1f} and {cu('cuda-none', '70b20'):.1f} on one, "
+        f"{a70['tpar']:.1f}, {cu('cuda2-nccl-p2p-off', '70b20'):.1f} and {cu('cuda2-internal', '70b20'):.1f} on two.",
+        "",
+        "**Measured on NVIDIA H100/H200 only; AMD, Intel, consumer cards and Windows never run — how to find out on "
+        "yours:** `tpar-info --self-test` (`scripts/run.sh` builds it) reports, device by device, what tpar needs "
+        "and what its self-tests find there; `scripts/llama.sh` prints the none / layer / tensor table on your GPUs.",
+
+        "",
+        "**Try it** (Debian 12, as root; the guide: [docs/integrating-ggml.md](docs/integrating-ggml.md); "
+        "programs go to build-llama/build/bin/, the models `scripts/llama.sh` makes to build-llama/models/):",
+        "",
+        "    scripts/llama.sh --preset llama3-8b --type q4_k_m   # builds llama.cpp with tpar (10-14 min on 2 cores), "
+        "makes an 8B model of random weights, runs llama-bench over the split modes",
+        "    build-llama/build/bin/tpar-llama-model --preset llama3-70b --layers 20 -o build-llama/models/llama3-70b-20l.gguf",
+        "    scripts/llama.sh --model build-llama/models/llama3-70b-20l.gguf   # a model past one GPU's memory: "
+        "70B's shapes (more --layers, more memory), or your own GGUF",
+        "    GGML_VK_VISIBLE_DEVICES=0,1 build-llama/build/bin/llama-server -m model.gguf -ngl 99 -fa on -sm tensor",
+    ]
+    out = []
+    for line in lines:
+        if line.startswith(("|", "    ")) or not line:
+            out.append(line)
+        else:
+            indent = "  " if line.startswith("- ") else ""
+            line = line.replace("`-sm layer`", "`-sm\x00layer`").replace("`-sm tensor`", "`-sm\x00tensor`")
+            out.append(textwrap.fill(line, width=100, subsequent_indent=indent, break_on_hyphens=False,
+                                     break_long_words=False).replace("\x00", " "))
+
+    return "\n".join(out)
 
 
 def trees(text):
@@ -114,135 +385,159 @@ def server_rows(text):
     return out
 
 
-def render_first():
-    """README's first screen and PERFORMANCE's server table, from one run's logs (one machine, three commands back to back)."""
-    text = decode_report.read(GLANCE)
-    st = decode_report.stamp(text)
-    b = decode_report.benches(text)
-    sv_text = decode_report.read(SERVER)
-    sv = server_rows(sv_text)
-    llama = re.search(r"^# built .*, llama\.cpp ([0-9a-f]+) \+ (\d+) patches", text, re.M).group(1)
-    gpu = st["gpu"].replace("NVIDIA ", "")
-    rows, verdicts = [], {}
+def commands(run):
+    """The gpu-suite.sh commands of a run, as its sections' first lines name them (a command run again: "twice")."""
+    cmds = [m.group(1).strip() for m in re.finditer(r"^# tpar gpu-suite: (.*)$", run["text"], re.M)]
+    out = []
+    for c in cmds:
+        if out and out[-1][0] == c:
+            out[-1][1] += 1
+        else:
+            out.append([c, 1])
+    times = {1: "", 2: " twice", 3: " three times"}
+    return ", then ".join(f"`scripts/gpu-suite.sh {c}`{times.get(k, f' {k} times')}" for c, k in out)
+
+
+def run_line(run, what=""):
+    """A table's head: machine, driver, date, tpar tree, llama.cpp and its patch count, the commands, the raw log."""
+    return (f"{run['n']} × {run['gpu']} (driver {run['driver']}), {run['date']}, tpar tree {run['tree']}, "
+            f"{built_with(run)}{what}: {commands(run)}; raw [perf/raw/{run['file']}](perf/raw/{run['file']}).")
+
+
+def cell(r, bold=False):
+    v = f"**{r[0]:.2f}x**" if bold else f"{r[0]:.2f}x"
+    return f"{v} ({r[1]:.2f}-{r[2]:.2f})"
+
+
+def best_one(b, tag, test):
+    """The faster of the one-GPU rows run first and last: (mean, sd)."""
+    return max(b[f"none-{tag}"][test], b[f"none2-{tag}"][test])
+
+
+def render_current():
+    """PERFORMANCE.md's current tables, each from the newest run under raw/ that holds it."""
+    blocks = {"readme-first": render_first_screen()}
+    run = llama_table_run()
+    cells = llama_cells(run)
+    b = benches_of(run)
+    rows = ["| model | one GPU: pp512 / tg (t/s) | `-sm layer` tg | tpar: pp512 / tg | prompt vs one GPU (spread) "
+            "| vs `-sm layer` | generation vs one GPU (spread) | vs `-sm layer` | CUDA tg: one GPU / `-sm tensor`, NCCL "
+            "through host memory / its own AllReduce |", "|---|---|---|---|---|---|---|---|---|"]
     for tag, name in MODELS:
         tg = "tg128" if tag == "8b" else "tg64"
         for ty, tyname in TYPES:
-            none = b[f"move-new-none-{tag}-{ty}"]
-            layer = b[f"move-new-layer2-{tag}-{ty}"]
-            tpar = b[f"move-new-tpar2-{tag}-{ty}"]
-            pp, dec, lay = tpar["pp512"][0] / none["pp512"][0], tpar[tg][0] / none[tg][0], layer[tg][0] / none[tg][0]
+            c = cells[(tag, ty)]
+            a = c["abs"]
             cuda = ""
             if ty == "q8_0":
-                c1 = b[f"cuda-none-{tag}"][tg][0]
-                cuda = (f"{b[f'cuda2-nccl-p2p-off-{tag}'][tg][0] / c1:.2f}x / {b[f'cuda2-internal-{tag}'][tg][0] / c1:.2f}x")
-            rows.append(f"| {name}, {tyname} | **{pp:.2f}x** | **{dec:.2f}x** | {lay:.2f}x | {cuda} |")
-            verdicts.setdefault(tag, []).append((pp, dec, lay))
-    table = "\n".join(["| model | prefill, pp512 | decode | `-sm layer` decode | CUDA `-sm tensor` decode: NCCL via host memory / CUDA's own AllReduce |",
-                       "|---|---|---|---|---|", *rows])
-    big = verdicts["70b20"]
-    small = verdicts["8b"]
-    first = (f"**Is it faster?** llama.cpp's `-sm tensor` through tpar on {st['n']} NVIDIA {gpu}s ({st['date']}, llama.cpp "
-             f"{llama} with tpar's patches, one run; each column against one GPU of the same API on the same machine; "
-             f"random weights):")
-    sm_tpar, sm_none, sm_layer = sv["tpar-4"], sv["none-4"], sv["layer-4"]
-    mx_text = decode_report.read(MIXED_Q1)
-    mx = {l: x for l, seed, x in mixed_runs(mx_text) if seed == 1}  # the last run of each mode
-    mx_tpar, mx_none = mx["mixed-tpar"], mx["mixed-none"]
-    y0_text = decode_report.read(MIXED_Y0)
-    y0 = {l: x for l, seed, x in mixed_runs(y0_text) if seed == 1}
-    y0_st = decode_report.stamp(y0_text)
-    y_texts = [decode_report.read(f) for f in (MIXED_Y1, MIXED_Y2)]
-    y1_st = decode_report.stamp(y_texts[0])
-    y_runs = [{l: x for l, seed, x in mixed_runs(t) if seed == 1} for t in y_texts]
-    y_rates = [r[f"mixed-none{p}"][3] / r[f"mixed-tpar{p}"][3] for r in y_runs for p in ("", "-p2")]
-    z_cmds, z_st = mixed_z1()
-    z_passes = split_passes(runs for _, runs in z_cmds)
-    z_rates = [p["mixed-none"][3] / p["mixed-tpar"][3] for p in z_passes]
-    z_layer = min(p["mixed-none"][3] / p["mixed-layer"][3] for p in z_passes if "mixed-layer" in p)
-    z2_passes, z2_st = mixed_z2()
-    z2_rates = [p["mixed-none"][3] / p["mixed-tpar"][3] for p in z2_passes]
-    z2_all = sum(p["mixed-none"][3] for p in z2_passes) / sum(p["mixed-tpar"][3] for p in z2_passes)
-    z2_layer = min(p["mixed-none"][3] / p["mixed-layer"][3] for p in z2_passes if "mixed-layer" in p)
-    server = (f"A llama-server with 4 slots, 8 requests of 128 tokens at once (8B shapes, Q8_0, same machine): tpar "
-              f"{sm_tpar[4]:.1f} t/s, `-sm layer` {sm_layer[4]:.1f}, one GPU {sm_none[4]:.1f} ({sm_tpar[4] / sm_none[4]:.2f}x); "
-              f"{sum(v[0] for v in sv.values())} of {sum(v[1] for v in sv.values())} requests answered in all modes. "
-              f"Under mixed traffic (1 to 10 requests at once, prompts of 3 to 400 words, 8 to 256 tokens; "
-              f"{mx_none[1]} requests, same machine): tpar {mx_tpar[3]:.1f} s, one GPU {mx_none[3]:.1f} s "
-              f"({mx_none[3] / mx_tpar[3]:.2f}x); with every server warmed first, before 779f435 (run Y0, "
-              f"{y0_st['date']}) {y0['mixed-none'][3] / y0['mixed-tpar'][3]:.2f}x, since it (the staging no longer made "
-              f"anew at every prompt; runs Y1 and Y2, {y1_st['date']}, four passes on two machines) "
-              + ", ".join(f"{r:.2f}x" for r in y_rates) + f"; with the sixteen patches of run Z1 ({z_st['date']}, six "
-              f"passes on one machine; patch 0016 keeps a step's slots in one ubatch whatever their KV streams) "
-              + ", ".join(f"{r:.2f}x" for r in z_rates) + f", and {z_layer:.2f}x for `-sm layer`; with the eighteen "
-              f"patches of run Z2 ({z2_st['date']}, tree {z2_st['tree']}, four passes on one machine) "
-              + ", ".join(f"{r:.2f}x" for r in z2_rates) + f", {z2_all:.2f}x in all, and {z2_layer:.2f}x for `-sm layer` "
-              f"(the runs between: PERFORMANCE.md).")
-    t4 = decode_report.read(DECODE4)
-    b4 = decode_report.benches(t4)
+                one = b[f"cuda-none-{tag}"][tg][0]
+                cuda = (f"{one:.1f} / {b[f'cuda2-nccl-p2p-off-{tag}'][tg][0]:.1f} "
+                        f"({b[f'cuda2-nccl-p2p-off-{tag}'][tg][0] / one:.2f}x) / {b[f'cuda2-internal-{tag}'][tg][0]:.1f} "
+                        f"({b[f'cuda2-internal-{tag}'][tg][0] / one:.2f}x)")
+            rows.append(f"| {name}, {tyname} | {a['pp_none']:.1f} / {a['none']:.1f} | {a['layer']:.1f} | "
+                        f"{a['pp_tpar']:.1f} / {a['tpar']:.1f} | {cell(c['pp']['one'], True)} | {fx(c['pp']['layer'][0])} | "
+                        f"{cell(c['tg']['one'], True)} | {fx(c['tg']['layer'][0])} | {cuda} |")
+    blocks["perf-llama-h200x2"] = (run_line(run) + " llama-bench `-fa 1 -p 512 -n 128` (70B shapes `-n 64`) `-r 3`, "
+                                   "random weights, every mode of a model back to back; ggml-cuda built from the same "
+                                   "llama.cpp on the same machine.\n\n" + "\n".join(rows))
 
-    def four(tag, test, which):
-        one = max(b4[f"none-{tag}"][test][0], b4[f"none2-{tag}"][test][0])
-        return b4[f"tpar4-{which}-{tag}"][test][0] / one
-    d4 = (four("8b", "tg128", "auto"), four("8b-q4_k_m", "tg128", "auto"), four("70b20", "tg64", "auto"),
-          four("8b", "tg128", "oneshot"))
-    s4 = decode_report.stamp(t4.split("\n# tpar gpu-suite:")[-1])
-    server += (f" On four {gpu}s ({s4['date']}, tree {s4['tree']}, llama-bench decode, [raw](docs/perf/raw/{DECODE4})) the "
-               f"8B shapes decode at {d4[0]:.2f}x one GPU (Q8_0) and {d4[1]:.2f}x (Q4_K_M), the 70B shapes at {d4[2]:.2f}x; "
-               f"with OneShot (`TPAR_ALGO=oneshot`, the choice before) the 8B shapes at {d4[3]:.2f}x in the same run.")
+    dr = decode_run(run["tree"])
+    db = benches_of(dr)
+    drows = ["| model | one GPU, first / last (t/s) | tpar (the defaults) | against the faster one GPU (spread) | free "
+             "boundaries (timing only) against it |", "|---|---|---|---|---|"]
+    for tag, test, name in NOW_MODELS:
+        one = best_one(db, tag, test)
+        tp, skip = db[f"tpar2-auto-{tag}"][test], db[f"tpar2-skip-{tag}"][test]
+        drows.append(f"| {name} | {db[f'none-{tag}'][test][0]:.1f} / {db[f'none2-{tag}'][test][0]:.1f} | "
+                     f"{tp[0]:.1f} ± {tp[1]:.1f} | {cell(ratio(tp, one), True)} | {skip[0] / one[0]:.2f}x |")
+    blocks["perf-decode-h200x2"] = (
+        run_line(dr) + " llama-bench `-fa 1 -p 0 -r 3`, one GPU first and last for each model. Free boundaries "
+        "(`TPAR_GGML_SKIP_ALLREDUCE=1`) accept every AllReduce and sum nothing: wrong results, the token's time "
+        "without the AllReduce.\n\n" + "\n".join(drows))
 
-    def span(lo, hi):
-        return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
-
-    def level(lo, hi):
-        """How a stream's decode stands against one GPU's, in words."""
-        if lo >= 1.005:
-            return "faster than on one GPU"
-        if hi < 0.995:
-            return "slower than on one GPU"
-        return "about as fast as on one GPU"
-    c8 = b["cuda2-nccl-p2p-off-8b"]["tg128"][0] / b["cuda-none-8b"]["tg128"][0]
-    c70 = b["cuda2-nccl-p2p-off-70b20"]["tg64"][0] / b["cuda-none-70b20"]["tg64"][0]
-    now = now_ratios()
-    bound_8b = now["8b"]["skip"]
-    verdict = (f"**So:** for a large model (the 70B shapes) `-sm tensor` with tpar beats one GPU and `-sm layer` for the "
-               f"prompt ({span(min(v[0] for v in big), max(v[0] for v in big))}) and for generation "
-               f"({span(min(v[1] for v in big), max(v[1] for v in big))}); for an 8B model it is faster for the prompt "
-               f"({span(min(v[0] for v in small), max(v[0] for v in small))}) and for a server whose users' requests run "
-               f"together, while one stream decodes {level(min(v[1] for v in small), max(v[1] for v in small))} "
-               f"({span(min(v[1] for v in small), max(v[1] for v in small))}; the decode-only rows of the same run: "
-               f"{span(min(now['8b']['auto'], now['8b-q4_k_m']['auto']), max(now['8b']['auto'], now['8b-q4_k_m']['auto']))}; "
-               f"on four GPUs {span(min(d4[0], d4[1]), max(d4[0], d4[1]))}), and a server under mixed traffic serves "
-               f"{mx_none[3] / mx_tpar[3]:.2f}x of one GPU's rate in that run ({span(min(z2_rates), max(z2_rates))} "
-               f"with the eighteen patches of run Z2, {z2_all:.2f}x in all; the target is 1.2x). "
-               f"With the AllReduce skipped (timing only) two GPUs decode "
-               f"the 8B shapes at {bound_8b:.2f}x one GPU in the same run: the rest of the gap is the AllReduce's cost inside "
-               f"the token, and the gap from there to 2x is each GPU's own share, which at 8B sizes is set by ggml's "
-               f"dispatches more than by its bytes (docs/design/token-bound.md). CUDA with "
-               f"NCCL staged through host memory, as tpar must be, decodes these Q8_0 models at {c8:.2f}x and {c70:.2f}x of "
-               f"its one GPU on the same machine: tpar is {'at or above' if small[0][1] >= c8 and big[0][1] >= c70 else 'below'} "
-               f"CUDA's ratios ({small[0][1]:.2f}x and {big[0][1]:.2f}x). CUDA was timed on the Q8_0 models only.")
-    blocks = {"readme-first": first + "\n\n" + table + "\n\n" + textwrap.fill(server, width=89, break_on_hyphens=False)
-              + "\n\n" + textwrap.fill(verdict, width=89, break_on_hyphens=False, break_long_words=False)}
+    sv_run = server_run()
+    sv = server_rows(sv_run["text"])
     srows = ["| mode | requests answered | tokens | seconds | t/s in all | against one GPU |", "|---|---|---|---|---|---|"]
     names = {"none-4": "`-sm none`, one GPU", "layer-4": "`-sm layer`, 2 GPUs", "tpar-4": "`-sm tensor`, tpar",
-             "ggml-4": "`-sm tensor`, ggml's own AllReduce", "tpar-1": "tpar, one slot, f32 wire", "ggml-1": "ggml's AllReduce, one slot"}
+             "ggml-4": "`-sm tensor`, ggml's own AllReduce", "tpar-1": "tpar, one slot, f32 wire",
+             "ggml-1": "ggml's AllReduce, one slot"}
     for label, name in names.items():
-        a, asked, tok, sec, rate = sv[label]
-        rel = f"{rate / sm_none[4]:.2f}x" if label.endswith("-4") else ""
-        srows.append(f"| {name} | {a} of {asked} | {tok} | {sec:.2f} | {rate:.1f} | {rel} |")
-    same = re.search(r"^compare tpar-1 and ggml-1: (\d+) of (\d+) texts the same", sv_text, re.M)
-    sst = decode_report.stamp(sv_text)
-    blocks["server"] = (f"{sst['n']} × {sst['gpu']} (driver {sst['driver']}), {sst['date']}, the same run and machine as the README's "
-                        f"table, `scripts/gpu-suite.sh server`: `llama-server -m <Llama-3-8B shapes, q8_0> -ngl 99 -fa on -c 4096`, "
-                        f"4 slots, two rounds of 8 requests of 128 tokens at once (no grammar, the end-of-text token ignored), "
-                        f"then one slot and three requests in a row; raw: [perf/raw/{SERVER}](perf/raw/{SERVER}).\n\n"
-                        + "\n".join(srows) + f"\n\nOne slot, f32 wire: {same.group(1)} of {same.group(2)} of tpar's texts "
-                        f"equal ggml's own AllReduce's.")
+        answered, asked, tok, sec, rate = sv[label]
+        rel = f"{rate / sv['none-4'][4]:.2f}x" if label.endswith("-4") else ""
+        srows.append(f"| {name} | {answered} of {asked} | {tok} | {sec:.2f} | {rate:.1f} | {rel} |")
+    same = re.search(r"^compare tpar-1 and ggml-1: (\d+) of (\d+) texts the same", sv_run["text"], re.M)
+    blocks["server"] = (run_line(sv_run) + " `llama-server -m <Llama-3-8B shapes, Q8_0> -ngl 99 -fa on -c 4096`, "
+                        "4 slots, two rounds of 8 requests of 128 tokens at once (the end-of-text token ignored), then "
+                        "one slot and three requests in a row.\n\n" + "\n".join(srows)
+                        + f"\n\nOne slot, f32 wire: {same.group(1)} of {same.group(2)} of tpar's texts equal ggml's own "
+                        "AllReduce's.")
+
+    mx_run, passes = mixed_run()
+    rates, total, layer, over_layer = mixed_figures(passes)
+    mrows = ["| mode | " + " | ".join(f"pass {i}: seconds (rate against one GPU)" for i in range(1, len(passes) + 1))
+             + " |", "|---|" + "---|" * len(passes)]
+    for label, name in (("mixed-none", "`-sm none`, one GPU"), ("mixed-tpar", "`-sm tensor`, tpar (the defaults)"),
+                        ("mixed-layer", "`-sm layer`, 2 GPUs")):
+        mrows.append(f"| {name} | " + " | ".join(
+            (f"{p[label][3]:.2f} s ({p['mixed-none'][3] / p[label][3]:.2f}x)" if label in p else "") for p in passes)
+            + " |")
+    answered = sum(x[0] for p in passes for x in p.values())
+    asked = sum(x[1] for p in passes for x in p.values())
+    blocks["perf-server-mixed"] = (
+        run_line(mx_run) + " llama-server on the 8B shapes (Q8_0), `-c 16384 -np 4`, each server answering five "
+        "untimed requests first, then `scripts/server_load.py --mixed 16 --seed 1`: 16 rounds of 1 to 10 requests at "
+        f"once, prompts of 3 to 400 words, 8 to 256 tokens each; a pass runs each mode once, a second pass of a "
+        f"command in the reverse order. {answered} of {asked} requests answered.\n\n" + "\n".join(mrows)
+        + f"\n\ntpar: {rng(rates)} one GPU's rate in the {len(passes)} passes, {fx(total)} over them all; `-sm layer` "
+        f"{rng(layer)} one GPU's, tpar {rng(over_layer)} `-sm layer`'s in the same pass.")
+
+    fr = four_run()
+    fb = benches_of(fr)
+    frows = [f"| model | one GPU, first / last (t/s) | tpar, {fr['n']} GPUs | against the faster one GPU (spread) |",
+             "|---|---|---|---|"]
+    four = {}
+    for tag, test, name in (("8b", "tg128", "Llama-3-8B shapes, Q8_0, tg128"), ("8b-q4_k_m", "tg128", "the same, Q4_K_M"),
+                            ("70b20", "tg64", "Llama-3-70B shapes (20 layers), Q8_0, tg64")):
+        one, tp = best_one(fb, tag, test), fb[f"tpar{fr['n']}-auto-{tag}"][test]
+        four[tag] = ratio(tp, one)
+        frows.append(f"| {name} | {fb[f'none-{tag}'][test][0]:.1f} / {fb[f'none2-{tag}'][test][0]:.1f} | "
+                     f"{tp[0]:.1f} ± {tp[1]:.1f} | {cell(four[tag], True)} |")
+    blocks["perf-h200x4"] = (run_line(fr) + " llama-bench `-fa 1 -p 0 -r 3` (decode only), one GPU first and last "
+                             "for each model.\n\n" + "\n".join(frows))
+
+    def verdict(ok):
+        return "**met**" if ok else "**missed**"
+    g8 = [cells[("8b", ty)]["tg"]["one"][0] for ty, _ in TYPES]
+    g70 = [cells[("70b20", ty)]["tg"]["one"][0] for ty, _ in TYPES]
+    pps = [cells[k]["pp"]["one"][0] for k in cells]
+    one_d = {tag: ratio(db[f"tpar2-auto-{tag}"][test], best_one(db, tag, test))[0] for tag, test, _ in NOW_MODELS}
+    c8 = b["cuda2-nccl-p2p-off-8b"]["tg128"][0] / b["cuda-none-8b"]["tg128"][0]
+    c70 = b["cuda2-nccl-p2p-off-70b20"]["tg64"][0] / b["cuda-none-70b20"]["tg64"][0]
+    t8, t70 = cells[("8b", "q8_0")]["tg"]["one"][0], cells[("70b20", "q8_0")]["tg"]["one"][0]
+    mx_ok = answered == asked
+    two = f"{run['n']} × {run['gpu'].replace('NVIDIA ', '')}"
+    fourname = f"{fr['n']} × {fr['gpu'].replace('NVIDIA ', '')}"
+    blocks["perf-targets"] = "\n".join([
+        f"- 8B generation ≥ 1.05x one GPU: {two} {' and '.join(fx(x) for x in g8)} (Q8_0, Q4_K_M): {verdict(min(g8) >= 1.05)}; "
+        f"{fourname} {fx(four['8b'][0])} and {fx(four['8b-q4_k_m'][0])}: {verdict(min(four['8b'][0], four['8b-q4_k_m'][0]) >= 1.05)}.",
+        f"- 70B shapes (20 layers) generation ≥ 1.50x: {two} {' and '.join(fx(x) for x in g70)}: {verdict(min(g70) >= 1.5)}; "
+        f"{fourname} {fx(four['70b20'][0])}: {verdict(four['70b20'][0] >= 1.5)}.",
+
+        f"- The prompt (pp512) ≥ 1.6x: {rng(pps)}: {verdict(min(pps) >= 1.6)}.",
+        f"- 8B at `-d 8192` ≥ 1.0x: {fx(one_d['8b-d8192'])}: {verdict(one_d['8b-d8192'] >= 1.0)}.",
+        f"- The 32-layer, 256-wide model (the host's token) ≥ 0.75x: {fx(one_d['tiny32'])}: {verdict(one_d['tiny32'] >= 0.75)}.",
+        f"- At or above CUDA's own ratio over host memory on the same machine (NCCL, peer-to-peer off; Q8_0): 8B "
+        f"{fx(t8)} against {fx(c8)}, 70B shapes {fx(t70)} against {fx(c70)}: {verdict(t8 >= c8 and t70 >= c70)}.",
+        f"- A server under mixed traffic ≥ 1.20x one GPU's rate (its time ≤ 0.83x one GPU's): {fx(total)} over the "
+        f"{len(passes)} passes, {rng(rates)} alone: {verdict(total >= 1.2)} (in {sum(r >= 1.2 for r in rates)} of "
+        f"{len(passes)} passes alone); at or above `-sm layer`'s rate: {rng(over_layer)}: {verdict(min(over_layer) >= 1.0)}.",
+        f"- No request fails for a reason `-sm none` does not show too: {answered} of {asked} answered: {verdict(mx_ok)}.",
+    ])
     return blocks
 
 
 def render():
-    blocks = render_first()
+    blocks = render_current()
     blocks.update(render_move())
     blocks.update(render_decode())
     blocks.update(render_bound())
@@ -1249,7 +1544,7 @@ def render_ride_chain():
 
 def render_ride_targets():
     """The boundary issue's targets: the chain's 16 KiB boundary (run C), and decode and prefill against one GPU
-    from run Q1 (today's tree, one machine), with the ride's earlier runs in brackets."""
+    from run Q1 (tree 5b869da, one machine), with the ride's earlier runs in brackets."""
     text = decode_report.read(RIDE_CHAIN)
     ch = decode_chains(text)
     nc = nccl_chains(text)
@@ -1466,7 +1761,7 @@ def now_prefill():
 
 
 def render_now():
-    """The decode table of the boundary's issue, today's tree, one run on one machine: OneShot (the path before)
+    """The decode table of run Q1, tree 5b869da, one run on one machine: OneShot (the path before)
     against the automatic choice (the relay riding), free boundaries, CUDA's ratio from the same run."""
     text = decode_report.read(NOW)
     st = decode_report.stamp(text)
@@ -1553,9 +1848,10 @@ def render_steps():
     table = "\n".join(["| phase | one GPU, S1 | tpar, S1 | free boundaries, S1 | one GPU, S4 | tpar, S4 (keyed by nodes) |",
                         "|---|---|---|---|---|---|", *rows])
     note = (f"In the last phase the two requests sit in slots 0 and 3. With the default KV cache (a stream a sequence) "
-            f"llama.cpp runs such a step as one ubatch a slot and builds each ubatch's graph anew ({differ} of "
-            f"the phase's builds found the graph before incompatible, S3, `LLAMA_GRAPH_RESULT_DEBUG=2`), so every mode pays "
-            f"two passes a step, and `-sm tensor` also records every subgraph anew: the host's "
+            f"llama.cpp before patch 0016 (these runs) ran such a step as one ubatch a slot and built each ubatch's graph "
+            f"anew ({differ} of the phase's builds found the graph before incompatible, S3, `LLAMA_GRAPH_RESULT_DEBUG=2`), "
+            f"so every mode paid two passes a step, and `-sm tensor` also recorded every subgraph anew: the host's "
+
             f"`graph_compute` took {tb[1] / 1000:.1f} ms of a {tb[0] / 1000:.1f} ms step (S2, eight steps traced from "
             f"step 990, host spans only), against {ta[1] / 1000:.2f} ms of {ta[0] / 1000:.1f} ms with a recording found by its subgraph's nodes "
             f"instead of the graph's uid (S4). That patch was withdrawn when a llama-server on lavapipe (two devices of "
@@ -1589,7 +1885,7 @@ def main():
         return 0
     bad = decode_report.place(blocks, DOCS, args == ["--check"], "llama_report.py")
     if args == ["--check"] and not bad:
-        print("llama_report.py: README.md and PERFORMANCE.md hold what the logs say")
+        print("llama_report.py: README.md, PERFORMANCE.md and the history notes hold what the logs say")
     return bad
 
 if __name__ == "__main__":
