@@ -67,6 +67,11 @@
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
 #             (DECODE_TRACE_ROWS picks them: some of oneshot, relay, ride-off, the relay in
 #             its own command buffers; default "oneshot relay"; traces-decode.tar.xz)
+#   selftest  tpar-info --self-test (and --json, selftest.json) over the suite's devices
+#   shard     each GPU's share of a -sm tensor decode step on two GPUs as one GPU runs it: the
+#             half-width model (half the heads, KV heads and FFN) against the whole model,
+#             -sm none on one GPU, llama-bench tg128 twice in turn and ggml-vulkan's timing of
+#             every op (GGML_VK_PERF_LOGGER); SHARD_MODELS picks some of 8b,70b20
 #   tiny      llama-bench -p 0 -n 64 on a 32-layer, 256-wide model (no GPU work to speak of:
 #             the host's time per token is the token): -sm none, layer, and tensor with tpar
 #             before and after, on 2 and all GPUs
@@ -177,7 +182,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|trace|mixed|relay-probe|cuda|server|server-mixed|server-steps|batched|probes) parts+=("$1"); shift ;;
+    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|shard|trace|mixed|relay-probe|cuda|server|server-mixed|server-steps|batched|probes|selftest) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -916,6 +921,54 @@ run_decode() {
   fi
 }
 
+# Each GPU's share of a decode step under -sm tensor on two GPUs, as one GPU runs a model:
+# the half-width model (half the heads, KV heads and FFN; the embedding, norms and output
+# whole) against the whole model, both -sm none on the first GPU: llama-bench tg, and
+# ggml-vulkan's timing of every op (GGML_VK_PERF_LOGGER) of each. SHARD_MODELS picks some
+# of 8b, 70b20 (default both).
+run_shard() {
+  say "part shard"
+  local which=${SHARD_MODELS:-8b,70b20} full half tag
+  for tag in ${which//,/ }; do
+    case $tag in
+      8b) full=$(model llama3-8b-q8_0 --preset llama3-8b) || return
+          half=$(model llama3-8b-half-q8_0 --preset llama3-8b --heads 16 --heads-kv 4 --ff 7168) || return ;;
+      70b20) full=$(model llama3-70b20-q8_0 --preset llama3-70b --layers 20) || return
+             half=$(model llama3-70b20-half-q8_0 --preset llama3-70b --layers 20 --heads 32 --heads-kv 4 --ff 14336) || return ;;
+      *) part_fail "SHARD_MODELS: no model $tag (8b, 70b20)"; continue ;;
+    esac
+    local k
+    for k in 1 2; do  # twice, taking turns
+      bench "shard-full-$tag-$k" "$full" 1 none "-p 0 -n 128"
+      bench "shard-half-$tag-$k" "$half" 1 none "-p 0 -n 128"
+    done
+    local m label
+    for label in full half; do
+      m=$full; [[ $label == half ]] && m=$half
+      echo "## ops shard-$label-$tag: GGML_VK_VISIBLE_DEVICES=0 GGML_VK_PERF_LOGGER=1 llama-bench -m $(basename "$m") -ngl 99 -fa 1 -sm none -p 0 -n 32 -r 1" >> "$log"
+      GGML_VK_PERF_LOGGER=1 GGML_VK_PERF_LOGGER_FREQUENCY=1000000 GGML_VK_VISIBLE_DEVICES=0 \
+        "$bin/llama-bench" -m "$m" -ngl 99 -fa 1 -sm none -p 0 -n 32 -r 1 -o md > "$out/bench.tmp" 2> "$out/bench.err" ||
+        part_fail "ops shard-$label-$tag"
+      sed -n '/Vulkan Timings/,/Total time/p' "$out/bench.err" >> "$log"
+    done
+  done
+}
+
+# tpar-info --self-test over the suite's devices (every GPU, or the first opened --virtual
+# times), as text and as JSON (selftest.json beside the log): every gate and self-test,
+# each transport timed, the choice at each size.
+run_selftest() {
+  say "part selftest"
+  local dev=(-g "$all")
+  [[ $virtual -gt 0 ]] && dev=(--virtual "$virtual")
+  echo "## tpar-info --self-test ${dev[*]}" >> "$log"
+  local start=$SECONDS rc=0
+  "$bin/tpar-info" --self-test "${dev[@]}" >> "$log" 2>&1 || rc=$?
+  "$bin/tpar-info" --self-test --json "${dev[@]}" > "$out/selftest.json" 2>> "$log" || rc=$?
+  echo "# tpar-info --self-test: exit $rc, $((SECONDS - start)) s" >> "$log"
+  [[ $rc -eq 0 ]] || part_fail "tpar-info --self-test (exit $rc)"
+}
+
 run_tiny() {
   say "part tiny"
   local m
@@ -1006,6 +1059,8 @@ for p in "${parts[@]}"; do
     llama) run_llama ;;
     move) run_move ;;
     tiny) run_tiny ;;
+    shard) run_shard ;;
+    selftest) run_selftest ;;
     decode) run_decode ;;
     mixed) run_mixed ;;
     cuda) run_cuda ;;

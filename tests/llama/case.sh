@@ -31,9 +31,10 @@ run() {
 server_up() {
   local label=$1 slots=$2 ctx=$3; shift 3
   server_port=$((20000 + RANDOM % 20000))
+  # (-lv 4: llama-server's log shows ggml's info lines, tpar's among them)
   # shellcheck disable=SC2086
   env "$@" GGML_VK_VISIBLE_DEVICES="${SERVER_DEVICES:-0,0}" TPAR_LOG=info "$BIN/llama-server" -m "$MODELS/${SERVER_MODEL:-dense.gguf}" \
-      -ngl 99 -fa on -sm "${SERVER_SM:-tensor}" -c "$ctx" -np "$slots" --no-warmup --host 127.0.0.1 --port "$server_port" \
+      -ngl 99 -fa on -sm "${SERVER_SM:-tensor}" -c "$ctx" -np "$slots" --no-warmup --host 127.0.0.1 --port "$server_port" -lv 4 \
       ${SERVER_ARGS:-} > "$dir/$label-server.log" 2>&1 &
   server_pid=$!
   local ready=0
@@ -446,7 +447,8 @@ case "$name" in
   server-slots)
     # A llama-server with 16 slots (-np 16: a KV stream each) on the 32-layer model, three
     # rounds of requests at once pinned to the even slots, then the odd ones, then all of
-    # them, 4 to 96 tokens each (tests/llama/slots_load.py): every request answered, on one
+    # them, 4 to 24 tokens each (tests/llama/slots_load.py; lavapipe is a CPU, and 16 slots
+    # of 96 tokens took it past 300 s a request): every request answered, on one
     # device (-sm none: no tpar, the KV runs' change alone) and through tpar. The same with
     # a draft model (--model-draft, the dense model on the first device): a second context
     # on the same devices beside the -sm tensor one, every request answered.
@@ -454,7 +456,7 @@ case "$name" in
     slots_serve() {  # LABEL SM DEVICES [SERVER_ARGS]
       local label=$1 rc=0
       SERVER_MODEL=layers32.gguf SERVER_SM=$2 SERVER_DEVICES=$3 SERVER_ARGS=${4:-} server_up "$label" 16 8192 TPAR_WIRE=f32
-      python3 "$here/slots_load.py" --port "$server_port" --slots 16 --rounds 3 --timeout 300 || rc=$?
+      python3 "$here/slots_load.py" --port "$server_port" --slots 16 --rounds 3 --max-predict "${SLOTS_MAX_PREDICT:-24}" --timeout 300 || rc=$?
       server_down "$label"
       [[ $rc -eq 0 ]] || fail "$label: a request was not answered"
       ! grep -q "GGML_ASSERT\|Aborted" "$dir/$label-server.log" || fail "$label: the server aborted"

@@ -5,7 +5,7 @@ every slot, each request a different length, so that a step's busy slots are not
 Exits 0 when every request of every round was answered with text, 1 otherwise (each
 failure named on stderr), 2 on a usage error.
 
-    slots_load.py --port PORT --slots 16 --rounds 3 [--timeout 300]
+    slots_load.py --port PORT --slots 16 --rounds 3 [--max-predict 96] [--timeout 300]
 """
 import argparse
 import json
@@ -40,17 +40,18 @@ def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--slots", type=int, required=True, help="the server's -np")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--max-predict", type=int, default=96, help="the longest request, in tokens (the shortest is 4)")
     p.add_argument("--timeout", type=float, default=300)
     a = p.parse_args()
-    if a.slots < 2 or a.rounds < 1:
-        p.error("--slots takes 2 or more, --rounds 1 or more")
+    if a.slots < 2 or a.rounds < 1 or a.max_predict < 4:
+        p.error("--slots takes 2 or more, --rounds 1 or more, --max-predict 4 or more")
     patterns = [range(0, a.slots, 2), range(1, a.slots, 2), range(a.slots)]
     results, answered, total = {}, 0, 0
     for r in range(a.rounds):
         slots = list(patterns[r % len(patterns)])
         threads = []
         for i, slot in enumerate(slots):
-            n_predict = 4 + (13 * (i + r)) % 93  # 4 to 96 tokens
+            n_predict = 4 + (13 * (i + r)) % (a.max_predict - 3)  # 4 to max_predict tokens
             t = threading.Thread(target=request, args=(a.port, slot, n_predict, a.timeout, results, (r, slot)))
             t.start()
             threads.append(t)
