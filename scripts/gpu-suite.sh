@@ -67,6 +67,9 @@
 #             token's trace, host-only and with GPU stamps, for OneShot and the relay
 #             (DECODE_TRACE_ROWS picks them: some of oneshot, relay, ride-off, the relay in
 #             its own command buffers; default "oneshot relay"; traces-decode.tar.xz)
+#   series    each patch by its switch: llama-bench pp512/tg on 2 devices, -sm tensor through
+#             ggml's own AllReduce, tpar with GGML_VK_DISABLE_REPLAY=1 (the core alone) and
+#             tpar's defaults, -sm none beside them; SERIES_MODELS picks some of 8b,tiny32
 #   selftest  tpar-info --self-test (and --json, selftest.json) over the suite's devices
 #   shard     each GPU's share of a -sm tensor decode step on two GPUs as one GPU runs it: the
 #             half-width model (half the heads, KV heads and FFN) against the whole model,
@@ -182,7 +185,7 @@ while [[ $# -gt 0 ]]; do
     --quick) reps=1; shift ;;
     --tests) [[ $# -ge 2 && $2 =~ ^[a-z_,]+$ ]] || die_usage "--tests takes a comma-separated list of test programs"; test_list=$2; shift 2 ;;
     --model-preset) [[ $# -ge 2 && $2 =~ ^(tiny|llama3-8b)$ ]] || die_usage "--model-preset takes tiny or llama3-8b"; server_preset=$2; shift 2 ;;
-    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|shard|trace|mixed|relay-probe|cuda|server|server-mixed|server-steps|batched|probes|selftest) parts+=("$1"); shift ;;
+    env|tests|cases|sweep|nccl|chain|llama|move|decode|tiny|shard|series|trace|mixed|relay-probe|cuda|server|server-mixed|server-steps|batched|probes|selftest) parts+=("$1"); shift ;;
     *) die_usage "unknown part or option '$1'" ;;
   esac
 done
@@ -954,6 +957,30 @@ run_shard() {
   done
 }
 
+# Each patch of the series by its switch, on the tree it applies to: llama-bench pp512 and
+# tg128 (tg64 for the 32-layer model) on 2 devices with -sm tensor through ggml's own
+# AllReduce (GGML_VK_DISABLE_TPAR=1: the series without its core at work), through tpar
+# with the replay patch off (GGML_VK_DISABLE_REPLAY=1: the core alone) and with the
+# defaults, and -sm none on one GPU beside them; twice, taking turns. SERIES_MODELS picks
+# some of 8b, tiny32 (default both).
+run_series() {
+  say "part series"
+  local which=${SERIES_MODELS:-8b,tiny32} m args tag k
+  for tag in ${which//,/ }; do
+    case $tag in
+      8b) m=$(model llama3-8b-q8_0 --preset llama3-8b) || return; args="-p 512 -n 128" ;;
+      tiny32) m=$(model tiny32-f16 --preset tiny --layers 32 --type f16) || return; args="-p 512 -n 64" ;;
+      *) part_fail "SERIES_MODELS: no model $tag (8b, tiny32)"; continue ;;
+    esac
+    for k in 1 2; do
+      bench "series-none-$tag-$k" "$m" 1 none "$args"
+      bench "series-ggml-$tag-$k" "$m" 2 tensor "$args" GGML_VK_DISABLE_TPAR=1
+      bench "series-core-$tag-$k" "$m" 2 tensor "$args" GGML_VK_DISABLE_REPLAY=1
+      bench "series-all-$tag-$k" "$m" 2 tensor "$args"
+    done
+  done
+}
+
 # tpar-info --self-test over the suite's devices (every GPU, or the first opened --virtual
 # times), as text and as JSON (selftest.json beside the log): every gate and self-test,
 # each transport timed, the choice at each size.
@@ -1061,6 +1088,7 @@ for p in "${parts[@]}"; do
     tiny) run_tiny ;;
     shard) run_shard ;;
     selftest) run_selftest ;;
+    series) run_series ;;
     decode) run_decode ;;
     mixed) run_mixed ;;
     cuda) run_cuda ;;
