@@ -925,8 +925,8 @@ run_decode() {
 }
 
 # Each GPU's share of a decode step under -sm tensor on two GPUs, as one GPU runs a model:
-# the half-width model (half the heads, KV heads and FFN; the embedding, norms and output
-# whole) against the whole model, both -sm none on the first GPU: llama-bench tg, and
+# the half-width model (half the heads and KV heads at the same head width, half the FFN;
+# the embedding, norms and output whole, as the meta backend keeps them) against the whole model, both -sm none on the first GPU: llama-bench tg, and
 # ggml-vulkan's timing of every op (GGML_VK_PERF_LOGGER) of each. SHARD_MODELS picks some
 # of 8b, 70b20 (default both).
 run_shard() {
@@ -935,9 +935,9 @@ run_shard() {
   for tag in ${which//,/ }; do
     case $tag in
       8b) full=$(model llama3-8b-q8_0 --preset llama3-8b) || return
-          half=$(model llama3-8b-half-q8_0 --preset llama3-8b --heads 16 --heads-kv 4 --ff 7168) || return ;;
+          half=$(model llama3-8b-half-q8_0 --preset llama3-8b --heads 16 --heads-kv 4 --head-dim 128 --ff 7168) || return ;;
       70b20) full=$(model llama3-70b20-q8_0 --preset llama3-70b --layers 20) || return
-             half=$(model llama3-70b20-half-q8_0 --preset llama3-70b --layers 20 --heads 32 --heads-kv 4 --ff 14336) || return ;;
+             half=$(model llama3-70b20-half-q8_0 --preset llama3-70b --layers 20 --heads 32 --heads-kv 4 --head-dim 128 --ff 14336) || return ;;
       *) part_fail "SHARD_MODELS: no model $tag (8b, 70b20)"; continue ;;
     esac
     local k

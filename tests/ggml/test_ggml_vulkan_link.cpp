@@ -64,7 +64,7 @@ TEST_CASE("a context link serves nothing until attached, and costs nothing then"
   CHECK(r.link.synchronized(1s) == vk::Result::eSuccess);
   r.link.flush();
   r.queue_link.before_submit();  // no stream on the queue: nothing to do
-  auto span = r.link.trace_span("graph_compute");  // and no trace of a context not served
+  auto span = r.link.trace_span("graph_compute");  // no trace is taken here: an empty span
 }
 
 TEST_CASE("a context link needs init before attach") {

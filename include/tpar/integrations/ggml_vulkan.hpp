@@ -154,7 +154,11 @@ class ContextLink {
   ContextLink() = default;
   ContextLink(const ContextLink&) = delete;
   ContextLink& operator=(const ContextLink&) = delete;
-  ~ContextLink() { detach(); }
+  ~ContextLink() {
+    detach();
+    std::lock_guard guard(leader_mutex());
+    if (leader() == this) leader() = nullptr;
+  }
 
   // Call once the context knows its device (ggml_vk_init): nothing is made here.
   // `lock`: what ggml-vulkan holds around a submission to the compute queue; `compute`:
@@ -195,8 +199,6 @@ class ContextLink {
     if (!serving()) {
       compute_link_->enlist(stream_.get());
       serving_.store(true, std::memory_order_release);
-      std::lock_guard guard(leader_mutex());
-      if (!leader()) leader() = this;
     }
     log(LogLevel::debug, "ggml-vulkan " + name_ + ": this context's submissions go through tpar (-sm tensor)");
     return stream_.get();
@@ -213,8 +215,6 @@ class ContextLink {
     }
     serving_.store(false, std::memory_order_release);
     compute_link_->delist(stream_.get());
-    std::lock_guard guard(leader_mutex());
-    if (leader() == this) leader() = nullptr;
     last_done_ = {};
     transfer_wait_ = {};
     ends_ordered_ = false;
@@ -275,7 +275,10 @@ class ContextLink {
   // or there is none; else the wait's result (eTimeout, eErrorDeviceLost). Inside a trace
   // window (TPAR_TRACE), a step ends here: the GPU is idle.
   vk::Result synchronized(std::chrono::nanoseconds timeout) {
-    if (!serving()) return vk::Result::eSuccess;
+    if (!serving()) {
+      trace_step();
+      return vk::Result::eSuccess;
+    }
     const TimelinePoint done = last_done_;
     if (done) {
       flush();
@@ -288,10 +291,14 @@ class ContextLink {
   }
 
   // A host span of a trace (TPAR_TRACE) around ggml-vulkan's own work on this context
-  // ("graph_compute", "synchronize": scripts/timeline.py cuts a token by them); nothing
-  // where the context is not served or no trace is taken.
-  Trace::Span trace_span(const char* name) const {
-    return serving() ? Trace::instance().span(name, trace_device_) : Trace::Span();
+  // ("graph_compute", "synchronize": scripts/timeline.py cuts a token by them), served or
+  // not (a -sm none run traced for comparison); nothing where no trace is taken.
+  Trace::Span trace_span(const char* name) {
+    if (!device_) return Trace::Span();  // tpar is off (GGML_VK_DISABLE_TPAR): init never came
+    Trace& t = Trace::instance();
+    if (!t.enabled()) return Trace::Span();
+    if (!std::strcmp(name, "graph_compute")) ++graphs_;
+    return t.span(name, trace_device_);
   }
 
   // For a host that ends its compute command buffers with a barrier over their writes
@@ -331,18 +338,19 @@ class ContextLink {
   }
 
  private:
-  // The first context attached counts the steps (a synchronize after work was submitted
-  // to it) that open and close a trace window.
+  // The first context to synchronize under a trace counts the steps (a synchronize after a
+  // graph_compute of its own) that open and close the trace's window.
   void trace_step() {
+    if (!device_) return;
     Trace& t = Trace::instance();
     if (!t.enabled()) return;
     {
       std::lock_guard guard(leader_mutex());
+      if (!leader()) leader() = this;
       if (leader() != this) return;
     }
-    const auto submits = stream_->queue().counts().submits;
-    if (submits == submits_at_step_) return;  // nothing ran since the last step
-    submits_at_step_ = submits;
+    if (graphs_ == graphs_at_step_) return;  // nothing ran since the last step
+    graphs_at_step_ = graphs_;
     t.step();
     ++steps_;
     if (steps_ == t.skip()) t.begin_window();
@@ -371,7 +379,7 @@ class ContextLink {
   TimelinePoint transfer_wait_;  // what the transfer queue's next submission waits for
   bool ends_ordered_ = false;
   std::uint32_t steps_ = 0;
-  std::uint64_t submits_at_step_ = 0;
+  std::uint64_t graphs_ = 0, graphs_at_step_ = 0;  // graph_compute spans, for the trace's steps
 };
 
 // A ggml-vulkan command pool's tie to its context's link: set on a served context's

@@ -33,6 +33,7 @@ namespace {
 struct Shape {
     std::string arch = "dense";  // dense | moe
     int64_t embd = 256, layers = 4, heads = 4, heads_kv = 2, ff = 512, vocab = 512, ctx = 4096;
+    int64_t head_dim = 0;  // 0: embd / heads
     int64_t experts = 0, experts_used = 0;
     std::string type = "q8_0";  // f32, f16, or one of the mixes in kMixes
     uint64_t seed = 1;
@@ -53,6 +54,10 @@ const char * usage_text =
     "  --layers N            transformer blocks\n"
     "  --heads N             attention heads\n"
     "  --heads-kv N          key/value heads (divides --heads)\n"
+    "  --head-dim N          each head's width (default: --embd / --heads); with fewer heads\n"
+    "                        than --embd / N, one GPU's share of a model split by\n"
+    "                        -sm tensor (Llama-3-8B on two: --heads 16 --heads-kv 4\n"
+    "                        --head-dim 128 --ff 7168)\n"
     "  --ff N                FFN width (per expert for moe; a multiple of 32)\n"
     "  --vocab N             vocabulary size (at least 300)\n"
     "  --experts N           experts per MoE layer (moe)\n"
@@ -229,7 +234,7 @@ void fill_rows(const TensorPlan & t, uint64_t seed, int64_t row0, int64_t rows, 
 }
 
 std::vector<TensorPlan> plan_tensors(const Shape & s, const Mix & mix) {
-    const int64_t head_dim = s.embd / s.heads, kv = head_dim * s.heads_kv;
+    const int64_t head_dim = s.head_dim ? s.head_dim : s.embd / s.heads, q = head_dim * s.heads, kv = head_dim * s.heads_kv;
     const float in_embd = 1.0f / std::sqrt(float(s.embd)), in_ff = 1.0f / std::sqrt(float(s.ff));
     std::vector<TensorPlan> t;
     auto weight = [&](const std::string & name, std::vector<int64_t> ne, Role role, int64_t layer, float sigma) {
@@ -240,10 +245,10 @@ std::vector<TensorPlan> plan_tensors(const Shape & s, const Mix & mix) {
     for (int64_t l = 0; l < s.layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         t.push_back({p + "attn_norm.weight", {s.embd}, GGML_TYPE_F32, 0.0f});
-        weight(p + "attn_q.weight", {s.embd, s.embd}, Role::attn_q, l, in_embd);
+        weight(p + "attn_q.weight", {s.embd, q}, Role::attn_q, l, in_embd);
         weight(p + "attn_k.weight", {s.embd, kv}, Role::attn_k, l, in_embd);
         weight(p + "attn_v.weight", {s.embd, kv}, Role::attn_v, l, in_embd);
-        weight(p + "attn_output.weight", {s.embd, s.embd}, Role::attn_output, l, in_embd);
+        weight(p + "attn_output.weight", {q, s.embd}, Role::attn_output, l, 1.0f / std::sqrt(float(q)));
         t.push_back({p + "ffn_norm.weight", {s.embd}, GGML_TYPE_F32, 0.0f});
         if (s.arch == "moe") {
             t.push_back({p + "ffn_gate_inp.weight", {s.embd, s.experts}, GGML_TYPE_F32, in_embd});
@@ -353,6 +358,7 @@ int main(int argc, char ** argv) {
         else if (a == "--layers") s.layers = parse_int("--layers", value(), 1, 1024);
         else if (a == "--heads") s.heads = parse_int("--heads", value(), 1, 1024);
         else if (a == "--heads-kv") s.heads_kv = parse_int("--heads-kv", value(), 1, 1024);
+        else if (a == "--head-dim") s.head_dim = parse_int("--head-dim", value(), 32, 1024);
         else if (a == "--ff") s.ff = parse_int("--ff", value(), 32, 1 << 20);
         else if (a == "--vocab") s.vocab = parse_int("--vocab", value(), 300, 1 << 22);
         else if (a == "--experts") s.experts = parse_int("--experts", value(), 1, 256);
@@ -374,7 +380,8 @@ int main(int argc, char ** argv) {
                                  "across the GPUs; --layers 20 makes a quarter of it\n");
         }
     }
-    if (s.embd % s.heads) usage_error("--embd must be a multiple of --heads");
+    if (!s.head_dim && s.embd % s.heads) usage_error("--embd must be a multiple of --heads (or give --head-dim)");
+    if (s.head_dim % 32) usage_error("--head-dim must be a multiple of 32 (the q8_0 block)");
     if (s.heads % s.heads_kv) usage_error("--heads-kv must divide --heads");
     if (s.embd % 32 || s.ff % 32) usage_error("--embd and --ff must be multiples of 32 (the q8_0 block)");
     if (s.arch == "moe" && (s.experts < 2 || s.experts_used < 1 || s.experts_used > s.experts)) {
@@ -398,7 +405,12 @@ int main(int argc, char ** argv) {
     gguf_set_val_u32(ctx, key("feed_forward_length").c_str(), uint32_t(s.ff));
     gguf_set_val_u32(ctx, key("attention.head_count").c_str(), uint32_t(s.heads));
     gguf_set_val_u32(ctx, key("attention.head_count_kv").c_str(), uint32_t(s.heads_kv));
-    gguf_set_val_u32(ctx, key("rope.dimension_count").c_str(), uint32_t(s.embd / s.heads));
+    const int64_t head_dim = s.head_dim ? s.head_dim : s.embd / s.heads;
+    gguf_set_val_u32(ctx, key("rope.dimension_count").c_str(), uint32_t(head_dim));
+    if (s.head_dim) {
+        gguf_set_val_u32(ctx, key("attention.key_length").c_str(), uint32_t(head_dim));
+        gguf_set_val_u32(ctx, key("attention.value_length").c_str(), uint32_t(head_dim));
+    }
     gguf_set_val_f32(ctx, key("rope.freq_base").c_str(), s.rope_base);
     gguf_set_val_f32(ctx, key("attention.layer_norm_rms_epsilon").c_str(), 1e-5f);
     gguf_set_val_u32(ctx, key("vocab_size").c_str(), uint32_t(s.vocab));
