@@ -332,6 +332,8 @@ run_cases() {
     local start=$SECONDS
     BIN=$bin MODELS=$models/cases WORK=/tmp/tpar-cases LAYER=$bundle/layer TPAR_LLAMA_PAIR=$(visible 2) TPAR_LLAMA_TRIPLE=$triple \
       TPAR_TEST_DEVICES=gpus ARCHS=all "$root/tests/llama/case.sh" "$c" > "$out/case.tmp" 2>&1 || part_fail "case $c"
+    # the case's verdicts in full (test-llama-archs' summaries among them), then its last lines
+    grep -E "^(Summary|at [0-9]+ devices|PASS|FAIL)" "$out/case.tmp" >> "$log"
     grep -vE "^(tpar: ggml comm: AllReduce over|tpar info: ggml comm: AllReduce over|run: )" "$out/case.tmp" | tail -25 >> "$log"
     echo "# case $c: $((SECONDS - start)) s" >> "$log"
   done

@@ -464,7 +464,7 @@ case "$name" in
     slots_serve none none 0
     slots_serve tpar tensor "$pair"
     check_served tpar-server 2
-    slots_serve draft tensor "$pair" "--model-draft $MODELS/dense.gguf -ngld 99 -devd Vulkan0 --draft-max 4"
+    slots_serve draft tensor "$pair" "--model-draft $MODELS/dense.gguf -ngld 99 -devd Vulkan0 --spec-draft-n-max 4"
     check_served draft-server 2
     ;;
   server-mixed)
