@@ -17,7 +17,7 @@ import urllib.request
 
 def request(port, slot, n_predict, timeout, results, key):
     body = json.dumps({
-        "prompt": "Slot %d says: the quick brown fox jumps over the lazy dog" % slot,
+        "prompt": "Slot %d:" % slot,
         "n_predict": n_predict,
         "temperature": 0,
         "ignore_eos": True,
