@@ -73,7 +73,7 @@ TEST_CASE("a context link needs init before attach") {
   CHECK_FALSE(link.serving());
 }
 
-TEST_CASE("attached and holding, the compute queue's work waits in the stream; the queue's other submissions go after it") {
+TEST_CASE("attached and holding, the compute queue's work waits in the stream, and the queue's other submissions go after it") {
   Rig r;
   tpar::Stream* stream = r.link.attach();
   REQUIRE(stream != nullptr);
