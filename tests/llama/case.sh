@@ -309,7 +309,7 @@ case "$name" in
     # the runs make them (8 runs: one a step; 16: two).
     ubatches() { grep -c 'added ubatch to split' "$dir/$1.log" || true; }
     even8=0,2,4,6,8,10,12,14 odd8=1,3,5,7,9,11,13,15 even16=$(seq -s, 0 2 30)
-    prompt=$(printf 'abcdefghijklmnopqrstuvwxyz%.0s' 1 2)  # 52 letters: more tokens than the highest sequence id
+    prompt=abcdefghijklmnopqrstuvwxyz0123456789  # 36 characters: more tokens than the highest sequence id
     plan=("layers8:even8:$even8:none,tensor2" "layers8:odd8:$odd8:none,tensor2"
           "layers32:even8:$even8:none,tensor2,tensor3" "layers32:even16:$even16:none,tensor2")
     for p in "${plan[@]}"; do
