@@ -269,7 +269,7 @@ bench() {  # LABEL MODEL DEVICES SM ARGS ENV...: one llama-bench, its table into
   echo "## llama-bench $label: GGML_VK_VISIBLE_DEVICES=$vis $* llama-bench -m $(basename "$m") -ngl 99 -fa 1 -sm $sm $args -r $reps" >> "$log"
   local start=$SECONDS
   # shellcheck disable=SC2086
-  if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
+  if env "$@" GGML_VK_VISIBLE_DEVICES="$vis" TPAR_LOG=info "${bench_bin:-$bin}/llama-bench" -v -m "$m" -ngl 99 -fa 1 -sm "$sm" $args -r "$reps" \
        -o md > "$out/bench.tmp" 2> "$out/bench.err"; then
     cat "$out/bench.tmp" >> "$log"
     grep -E "ggml comm: [0-9]+ AllReduces|enqueued by each|subgraphs replayed|the relay served|relay thread came|AllReduces skipped|device parts recorded|first values came|relay.s kernels|host staging made" "$out/bench.err" | sed 's/^/# /' >> "$log"

@@ -343,12 +343,12 @@ bench() {  # label, visible devices, split mode, extra environment
   say "llama-bench: $label"
   # shellcheck disable=SC2086
   if ! env "$@" GGML_VK_VISIBLE_DEVICES="$visible" TPAR_LOG="${TPAR_LOG:-info}" \
-       "$bin/llama-bench" -m "$model" -ngl 99 -fa 1 -sm "$sm" $bench_args -o md > "$build_dir/bench-$label.md" 2> "$build_dir/bench-$label.log"; then
+       "$bin/llama-bench" -v -m "$model" -ngl 99 -fa 1 -sm "$sm" $bench_args -o md > "$build_dir/bench-$label.md" 2> "$build_dir/bench-$label.log"; then
     tail -20 "$build_dir/bench-$label.log" >&2
     echo "llama.sh: llama-bench ($label) failed (log: $build_dir/bench-$label.log)" >&2
     exit 1
   fi
-  grep -h "tpar" "$build_dir/bench-$label.log" | sed 's/^/  /' >&2 || true
+  grep -h "^tpar: " "$build_dir/bench-$label.log" | sed 's/^/  /' >&2 || true
   { echo "### $label (GGML_VK_VISIBLE_DEVICES=$visible $*)"; cat "$build_dir/bench-$label.md"; echo; } >> "$out"
 }
 bench "none" "$first" none

@@ -550,7 +550,7 @@ case "$name" in
       extra=()
       if [[ $label == ggml ]]; then extra=(GGML_VK_DISABLE_TPAR=1); fi
       echo "== $label: llama-bench -sm tensor -d $depths ${extra[*]}"
-      env "${extra[@]}" GGML_VK_VISIBLE_DEVICES=$pair TPAR_LOG=info "$BIN/llama-bench" -m "$MODELS/narrow.gguf" -ngl 99 -fa 1 \
+      env "${extra[@]}" GGML_VK_VISIBLE_DEVICES=$pair TPAR_LOG=info "$BIN/llama-bench" -v -m "$MODELS/narrow.gguf" -ngl 99 -fa 1 \
           -sm tensor -p 0 -n 32 -d "$depths" -r 1 -o json > "$dir/$label.json" 2> "$dir/$label.log" ||
         { tail -20 "$dir/$label.log"; fail "$label: llama-bench failed"; }
       jq -r '.[] | "\(.n_depth) deep: \(.avg_ts) t/s"' "$dir/$label.json"
