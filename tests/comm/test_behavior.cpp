@@ -444,6 +444,107 @@ TEST_CASE("after a ready point that never comes, a new communicator on the same 
   env.check_validation();
 }
 
+TEST_CASE("abort from another thread ends a blocked call and every wait at once, and what the GPU still holds is kept until done") {
+  // A host whose ready point will never come: two calls behind it (the second deferred)
+  // fill both slot sets, so the third call blocks on the calling thread; a ticket's wait
+  // blocks on a second. The timeout is long: the abort, from a third thread, must end
+  // all of them, and destruction must not wait the timeout out either.
+  VkEnv env(2);
+  if (!env.ok()) return;
+  Options o;
+  o.timeout = 60s;
+  o.depth = 2;
+  TestTimeline never(env.group()[0].handle());
+  Rig r1(env.group(), 5000), r2(env.group(), 5000), r3(env.group(), 5000);
+  const auto x1 = integer_inputs(2, 5000, 21), x2 = integer_inputs(2, 5000, 22), x3 = integer_inputs(2, 5000, 23);
+  r1.write(x1);
+  r2.write(x2);
+  r3.write(x3);
+  const std::size_t remains_before = detail::remains().size();
+  {
+    std::optional<Communicator<ProxyBridge>> made;
+    made.emplace(env.group(), o);
+    auto& comm = *made;
+    const TimelinePoint ready[2] = {{never.semaphore, 1}, {}};
+    Ticket t1 = comm.allreduce(r1.spans(), {.ready = ready});
+    Ticket t2 = comm.allreduce(r2.spans(), {.ready = ready, .defer = true});
+    CHECK_FALSE(t2.submitted());
+    std::atomic<std::int64_t> aborted_at{0};
+    auto now_ns = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
+    std::vector<std::pair<ErrorCode, std::int64_t>> ends(2);
+    std::thread waiter([&] {
+      ends[0] = {code_of([&] { t1.wait(); }), now_ns()};
+      ends[1] = {code_of([&] { t2.wait(); }), now_ns()};
+    });
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(300ms);  // the calling thread is blocked in its third call by then
+      aborted_at = now_ns();
+      comm.abort();
+    });
+    const ErrorCode third = code_of([&] { comm.allreduce(r3.spans(), {.ready = ready}); });
+    const std::int64_t returned = now_ns();
+    aborter.join();
+    waiter.join();
+    const std::int64_t bound = std::chrono::nanoseconds(10s).count();  // far below the timeout
+    CHECK(third == ErrorCode::aborted);
+    CHECK(returned >= aborted_at.load());
+    CHECK(returned - aborted_at.load() < bound);
+    for (const auto& [code, at] : ends) {
+      CHECK(code == ErrorCode::aborted);
+      CHECK(at >= aborted_at.load());
+      CHECK(at - aborted_at.load() < bound);
+    }
+    REQUIRE(comm.failure());
+    CHECK(comm.failure()->code_value() == ErrorCode::aborted);
+    CHECK_FALSE(t1.ready());
+    CHECK(code_of([&] { comm.allreduce(r3.spans()); }) == ErrorCode::failed);
+    CHECK(code_of([&] { comm.flush(); }) == ErrorCode::aborted);  // the deferred call is dropped
+    CHECK(comm.deferred() == 0);
+    comm.abort();  // again: nothing more happens
+    const auto destroying = std::chrono::steady_clock::now();
+    made.reset();
+    CHECK(std::chrono::steady_clock::now() - destroying < 10s);
+  }
+  // The first call's batches still wait on the queue behind the point: the communicator's
+  // objects they use are kept, reachable, not leaked (LeakSanitizer runs this test).
+  CHECK(detail::remains().size() == remains_before + 1);
+  // Buffers untouched: the first call never ran, the second never reached a queue, the
+  // third was refused with nothing enqueued.
+  CHECK(r2.read() == x2);
+  CHECK(r3.read() == x3);
+  // The caller's work arrives after all (after the communicator is gone): the GPU runs
+  // the first call's batches, and the next reaping frees what they used.
+  never.signal(1);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (detail::remains().size() > remains_before && std::chrono::steady_clock::now() < deadline) {
+    detail::remains().reap();
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(detail::remains().size() == remains_before);
+  env.check_validation();
+}
+
+TEST_CASE("abort with only deferred calls: nothing reached a queue, and destruction frees everything at once") {
+  VkEnv env(2);
+  if (!env.ok()) return;
+  Options o = test_opts();
+  Rig rig(env.group(), 3000);
+  const auto x = integer_inputs(2, 3000, 31);
+  rig.write(x);
+  const std::size_t remains_before = detail::remains().size();
+  {
+    Communicator<ProxyBridge> comm(env.group(), o);
+    Ticket t = comm.allreduce(rig.spans(), {.defer = true});
+    comm.abort();
+    CHECK(code_of([&] { t.wait(); }) == ErrorCode::aborted);
+    CHECK_FALSE(t.submitted());
+    CHECK_FALSE(t.ready());
+  }
+  CHECK(detail::remains().size() == remains_before);
+  CHECK(rig.read() == x);
+  env.check_validation();
+}
+
 namespace {
 // Holds `device`'s compute queue on a batch that waits for `gate` to reach `value`.
 void hold_queue(tpar::Device& device, const TestTimeline& gate, std::uint64_t value) {

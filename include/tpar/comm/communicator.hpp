@@ -1,5 +1,6 @@
 // Communicator<Sync, Algo, Staging> — an AllReduce over a DeviceGroup with exactly the
-// policies a host instantiates. One thread uses a communicator at a time.
+// policies a host instantiates. One thread uses a communicator at a time; its tickets may
+// be waited on, and the communicator aborted, from any thread.
 //
 //   tpar::Communicator<tpar::ProxyBridge> comm(group);
 //   tpar::Ticket t = comm.allreduce(spans, {.ready = ready_points});
@@ -18,6 +19,7 @@
 #include <tpar/comm/detail/profile_reader.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
 #include <tpar/comm/detail/relay_self_test.hpp>
+#include <tpar/comm/detail/remains.hpp>
 #include <tpar/comm/detail/ride_sites.hpp>
 #include <tpar/comm/detail/validate.hpp>
 #include <tpar/staging/capacity.hpp>
@@ -30,6 +32,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <thread>
@@ -48,6 +51,7 @@ class Communicator {
         options_(options),
         health_(std::make_shared<detail::Health>()),
         deferral_(std::make_shared<detail::Deferral>()) {
+    detail::remains().reap();
     options_.validate_enums();
     if (options_.depth > max_depth)
       throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 0 (sized by " +
@@ -79,21 +83,34 @@ class Communicator {
 
   // Waits (bounded by the timeout) for the work in flight, then frees everything. Work
   // that never finishes (a ready point never signalled) keeps its resources: they are
-  // left allocated, and logged, rather than freed under the GPU.
+  // kept, and logged, rather than freed under the GPU, and freed once that work is done
+  // (detail::remains()). After abort(), it does not wait out the timeout.
   ~Communicator() {
-    // Deferred work still runs: GPU submissions of the host may wait on its done points.
-    try {
-      flush();
-    } catch (const std::exception& e) {
-      log(LogLevel::error, std::string("submitting deferred calls on destruction: ") + e.what());
+    const bool aborted = aborted_.load(std::memory_order_acquire);
+    {
+      const auto lock = use();
+      if (aborted) {
+        drop_deferred();  // never submitted: nothing of theirs is on a queue
+      } else {
+        // Deferred work still runs: GPU submissions of the host may wait on its done points.
+        try {
+          flush();
+        } catch (const std::exception& e) {
+          log(LogLevel::error, std::string("submitting deferred calls on destruction: ") + e.what());
+        }
+      }
+      deferral_->owner = nullptr;  // a ticket's wait submits nothing more
     }
-    deferral_->owner = nullptr;
-    const bool drained = drain(options_.timeout);
-    if (drained && settle(options_.timeout)) {
+    // After an abort, what is not held on a queue by a point that never comes finishes
+    // at once (its waiters were released); the rest is left to the remains.
+    const auto first = aborted ? std::chrono::nanoseconds(std::chrono::milliseconds(200)) : options_.timeout;
+    const bool drained = drain(first);
+    if (drained && settle(first)) {
       release_all();
+      detail::remains().reap();
       return;
     }
-    if (!drained) {
+    if (!drained && !aborted) {
       try {
         log(LogLevel::error, "communicator destroyed while its work did not finish within the timeout (" + progress() +
                                  "): its cross-device waits are released, so the buffers of the calls in flight hold undefined values");
@@ -102,29 +119,16 @@ class Communicator {
       sync_->release_waiters();
       if (relay_) relay_->abort();
     }
-    if (drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
+    if (!aborted && drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
       release_all();
       return;
     }
-    log(LogLevel::error,
-        "communicator destroyed while its work is still pending on the GPU (a ready point that is never signalled?): "
-        "its Vulkan objects are left allocated rather than freed under the GPU");
-    (void)sync_.release();
-    (void)relay_leftovers_.release();
-    if (relay_) {
-      relay_->stop();
-      (void)relay_.release();  // its memory too: a kernel may still run once its ready point comes
-    }
-    (void)new DeviceGroup(group_);
-    for (auto& p : plans_) (void)p.release();
-    for (auto& r : retiring_) (void)r.plan.release();
-    (void)new std::shared_ptr<Generation>(generation_);
-    for (auto& c : ctx_) {
-      (void)new Timeline(std::move(c.compute));
-      (void)new Timeline(std::move(c.transfer));
-      (void)new Timeline(std::move(c.download));
-      (void)new Timeline(std::move(c.shared));
-    }
+    log(aborted ? LogLevel::info : LogLevel::error,
+        std::string(aborted ? "aborted communicator destroyed" : "communicator destroyed") +
+            " while its work is still pending on the GPU (a ready point that is never signalled?): its Vulkan objects are "
+            "kept until that work is done, rather than freed under the GPU");
+    detail::remains().add(take_held());
+    detail::remains().reap();
   }
 
   std::size_t size() const { return group_.size(); }
@@ -137,10 +141,42 @@ class Communicator {
   // group queues behind that point too, until it is signalled (docs/api.md).
   std::optional<Error> failure() const { return health_->error(); }
 
+  // Ends every call of this communicator now, from any thread, while it lives: waits on
+  // its tickets and the using thread's own waits (a slot set still in use) end at once
+  // with Error(aborted); deferred calls are never submitted (their tickets report the
+  // abort); the sync policy's waiters and the relay's kernels are released, so that what
+  // is on the queues drains where it can. From then on the communicator is failed
+  // (failure() is the abort, calls are refused) and its destruction does not wait out the
+  // timeout. Work on a queue behind a ready point that never comes stays there (Vulkan
+  // cannot take it back): what it uses is kept until it is done, then freed
+  // (detail::remains()). Idempotent; never throws.
+  void abort() noexcept {
+    try {
+      health_->fail(Error(ErrorCode::aborted, "the communicator was aborted (Communicator::abort): its calls end unfinished"));
+    } catch (...) {
+    }
+    if (aborted_.exchange(true, std::memory_order_acq_rel)) return;
+    for (auto& c : ctx_) {
+      if (!c.abort.handle()) continue;
+      const vk::SemaphoreSignalInfo info(c.abort.handle(), 1);
+      (void)c.device->handle().signalSemaphore(&info);
+    }
+    try {
+      if (sync_) sync_->release_waiters();
+    } catch (...) {
+    }
+  }
+
   // Host staging this communicator holds now, in bytes (all devices).
-  std::uint64_t staging_bytes() const { return generation_ ? generation_->host_bytes_total() : 0; }
+  std::uint64_t staging_bytes() const {
+    const auto lock = use();
+    return generation_ ? generation_->host_bytes_total() : 0;
+  }
   // Calls that may be in flight now: the current staging's slot sets (Options::depth).
-  std::uint32_t in_flight() const { return generation_ ? generation_->depth() : 0; }
+  std::uint32_t in_flight() const {
+    const auto lock = use();
+    return generation_ ? generation_->depth() : 0;
+  }
 
   // What the last call chose.
   const CallInfo& last_call() const { return last_call_; }
@@ -154,16 +190,21 @@ class Communicator {
 
   // The relay's host threads: calls served, CPU time (tpar-bench reports it per call).
   RelayStats relay_stats() const {
+    const auto lock = use();
     if (!relay_) return {};
     return relay_->stats();
   }
 
   // Staging generations and plans built so far, and the host time they took.
-  PlanStats plan_stats() const { return plan_stats_; }
+  PlanStats plan_stats() const {
+    const auto lock = use();
+    return plan_stats_;
+  }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits
   // (bounded) for the call to finish. Call it right after the call it describes.
   CallProfile profile() {
+    const auto lock = use();
     if (!options_.profile) throw Error(ErrorCode::unsupported, "profile() needs Options::profile");
     CallProfile out;
     out.devices.resize(size());
@@ -176,6 +217,7 @@ class Communicator {
   // Sums `spans` (one per device, f32, in place) across the group. Bad input throws
   // Error(invalid_argument) with nothing enqueued and nothing changed.
   Ticket allreduce(std::span<const BufferSpan> spans, const AllreduceArgs& args = {}) {
+    const auto lock = use();
     if (auto e = health_->error())
       throw Error(ErrorCode::failed, std::string("this communicator failed earlier (") + e->what() + "); create a new one");
     validate(spans, args);
@@ -243,8 +285,14 @@ class Communicator {
   }
 
   // Submits every deferred call, in call order: per device and queue, one vkQueueSubmit
-  // for all of them. A no-op when none waits.
+  // for all of them. A no-op when none waits. After abort(), the deferred calls are
+  // dropped instead, and the abort is thrown.
   void flush() {
+    const auto lock = use();
+    if (aborted_.load(std::memory_order_acquire) && !pending_.empty()) {
+      drop_deferred();
+      throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
+    }
     if (before_wait_) {
       before_wait_();  // what the host held of handed calls is on the queues now
       if (pending_.empty()) deferral_->submitted_calls.store(calls_, std::memory_order_release);
@@ -265,8 +313,16 @@ class Communicator {
     deferral_->submitted_calls.store(calls_, std::memory_order_release);
   }
 
+  // The communicator's lock, for a caller that makes several of its calls as one (what
+  // tpar::StreamAllreduce does for each AllReduce): a ticket's wait on another thread
+  // (which may submit deferred calls) waits for it.
+  std::unique_lock<detail::CallLock> exclusive() const { return use(); }
+
   // Calls deferred and not yet submitted.
-  std::size_t deferred() const { return pending_.size(); }
+  std::size_t deferred() const {
+    const auto lock = use();
+    return pending_.size();
+  }
 
   // Hands the deferred calls to the host's own submissions instead of submitting them
   // (what tpar::Stream does at each AllReduce). Possible where every batch of every
@@ -284,6 +340,7 @@ class Communicator {
   // goes out at once, after every device's leading part. Otherwise false, and nothing
   // changes (flush() submits them).
   bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) {
+    const auto lock = use();
     const std::size_t n = size();
     out.resize(n);
     leading.assign(n, 0);
@@ -337,6 +394,7 @@ class Communicator {
   // later (tpar::StreamAllreduce, Options::stream_hold): no queue then waits on a
   // submission of another's that is not yet made.
   bool pending_waits_on_host_only() const {
+    const auto lock = use();
     return !pending_.empty() &&
            std::all_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.plan->waits_on_host_only; });
   }
@@ -347,6 +405,7 @@ class Communicator {
   // fails: what reached a queue is released (as after a failed flush), and the host must
   // drop the rest.
   void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) {
+    const auto lock = use();
     if (pending_.empty()) return;
     const std::size_t n = size();
     if (!ok) {
@@ -372,6 +431,7 @@ class Communicator {
   // Whether it can ride: a relay call whose kernels wait for the sum on the GPU (one
   // compute batch of one kernel on the device), Options::relay_ride on, no profiling.
   bool last_call_rides(std::size_t d) const {
+    const auto lock = use();
     if (!options_.relay_ride || options_.profile || !relay_ || !relay_->sites() || !last_plan_ || !is_relay(*last_plan_) ||
         d >= size())
       return false;
@@ -388,6 +448,7 @@ class Communicator {
   // `cb` must be submitted once, before the next call.
   std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false,
                                            const RideBeside& beside = {}) {
+    const auto lock = use();
     const detail::RideCall call = ride_call(d);
     if (!keep) {
       detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups, ordered,
@@ -403,15 +464,20 @@ class Communicator {
   // not a site of this communicator's device d, made for another buffer, size or mode, or
   // its previous call not yet done on the device (never blocks).
   bool bind_site(std::size_t d, std::uint64_t id) {
+    const auto lock = use();
     if (!ride_sites_.size() || !ride_sites_[d]) return false;
     return ride_sites_[d]->bind(id, ride_call(d));
   }
   // The host freed the command buffers that held site `id` of device d.
   void forget_site(std::size_t d, std::uint64_t id) {
+    const auto lock = use();
     if (d < ride_sites_.size() && ride_sites_[d]) ride_sites_[d]->forget(id);
   }
   // Sites in use on device d.
-  std::size_t sites_in_use(std::size_t d) const { return d < ride_sites_.size() && ride_sites_[d] ? ride_sites_[d]->in_use() : 0; }
+  std::size_t sites_in_use(std::size_t d) const {
+    const auto lock = use();
+    return d < ride_sites_.size() && ride_sites_[d] ? ride_sites_[d]->in_use() : 0;
+  }
 
   // Whether a call of `count` values (`contributing`: as AllreduceArgs::contributes) runs
   // so that each device's part of it can be handed to a thread of its own
@@ -420,6 +486,7 @@ class Communicator {
   // steps, nor the relay). Chooses (and makes) the plan the call would take; enqueues
   // nothing.
   bool per_device(std::size_t count, std::uint32_t contributing = ~0u) {
+    const auto lock = use();
     if (count == 0) return true;
     const ScheduleRequest rq = schedule_request(count, std::nullopt, contributing);
     return plan_for(rq).per_device;
@@ -428,12 +495,16 @@ class Communicator {
   // What runs before tpar submits deferred calls itself or waits on the host for its own
   // work (a ticket's wait, a slot set still in use, destruction): tpar::Stream submits
   // what it holds of earlier calls, so that nothing tpar waits for is still in its hands.
-  void set_before_wait(std::function<void()> f) { before_wait_ = std::move(f); }
+  void set_before_wait(std::function<void()> f) {
+    const auto lock = use();
+    before_wait_ = std::move(f);
+  }
 
   // The request a call of `count` values (wire override, contributing mask) schedules:
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
+    const auto lock = use();
     if (wire) detail::require_known(*wire, all_wires, "the wire asked for");
     const std::size_t n = size();
     ScheduleRequest rq;
@@ -467,6 +538,113 @@ class Communicator {
     std::vector<std::uint64_t> values;  // [role * n + device], as slot_done_
   };
 
+  // Everything the communicator holds on the devices: freed by release_all(), or, where
+  // work on a queue still uses it when the communicator goes, kept in detail::remains()
+  // until that work is done.
+  struct Held final : detail::Remains {
+    explicit Held(DeviceGroup g) : group(std::move(g)) {}
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    DeviceGroup group;  // first: the devices outlive everything else held
+    std::vector<detail::DeviceContext> ctx;
+    std::unique_ptr<Sync> sync;
+    std::unique_ptr<detail::RelayHub> relay;
+    std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers;
+    std::list<std::unique_ptr<PlanType>> plans;
+    std::list<Retired> retiring;
+    std::shared_ptr<Generation> generation;
+    std::vector<std::pair<vk::Device, vk::Fence>> fences;  // behind the work on each queue (settle())
+    bool fenced = false;
+
+    // Every timeline reached what was handed to the queues; then a fence on every queue
+    // behind it signalled (see settle(): the driver may still write into a semaphore a
+    // batch waited on after the batch signalled).
+    bool finished() override {
+      for (auto& c : ctx)
+        for (std::size_t r = 0; r < role_count; ++r) {
+          std::uint64_t v = 0;
+          const vk::Result res = c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v);
+          if (res == vk::Result::eSuccess && v < c.queued[r]) return false;  // (a lost device runs nothing more)
+        }
+      if (relay_leftovers && !relay_leftovers->finished(std::chrono::nanoseconds(0))) return false;
+      if (!fenced) {
+        fenced = true;
+        for (auto& c : ctx) {
+          const vk::Device vkd = c.device->handle();
+          Queue* queues[role_count] = {&c.device->compute_queue(), &c.device->transfer_queue(), &c.queue(Role::download)};
+          const std::size_t used = c.merged ? 1 : c.submitted[2] && queues[2] != queues[1] ? 3 : 2;
+          for (Queue* q : std::span(queues, used)) {
+            vk::Fence fence;
+            const vk::FenceCreateInfo info;
+            if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) continue;
+            if (q->submit({}, fence) != vk::Result::eSuccess) {
+              vkd.destroyFence(fence);
+              continue;
+            }
+            fences.emplace_back(vkd, fence);
+          }
+        }
+      }
+      for (auto [vkd, fence] : fences)
+        if (vkd.getFenceStatus(fence) == vk::Result::eNotReady) return false;
+      return true;
+    }
+
+    ~Held() override {
+      for (auto& p : plans) p->destroy(ctx);
+      plans.clear();
+      for (auto& r : retiring)
+        if (r.plan) r.plan->destroy(ctx);
+      retiring.clear();
+      generation.reset();
+      sync.reset();
+      relay.reset();
+      // A self-test kernel that did not see the host's write ends at its spin bound.
+      if (relay_leftovers && !relay_leftovers->finished(std::chrono::seconds(2))) (void)relay_leftovers.release();
+      relay_leftovers.reset();
+      for (auto& c : ctx) {
+        if (!c.device) continue;  // creation failed before this device was reached
+        const vk::Device vkd = c.device->handle();
+        if (c.transfer_pool && c.transfer_pool != c.compute_pool) vkd.destroyCommandPool(c.transfer_pool);
+        if (c.compute_pool) vkd.destroyCommandPool(c.compute_pool);
+      }
+      ctx.clear();
+      for (auto [vkd, fence] : fences) vkd.destroyFence(fence);
+    }
+  };
+
+  // The communicator's lock (detail::Deferral::use), taken by every entry point.
+  std::unique_lock<detail::CallLock> use() const { return std::unique_lock(deferral_->use); }
+
+  // Deferred calls that will never be submitted (after abort()).
+  void drop_deferred() {
+    if (pending_.empty()) return;
+    pending_.clear();
+    if (relay_) relay_->abort();
+  }
+
+  // What the communicator holds, moved out of it (the hooks that point into it cleared).
+  std::unique_ptr<Held> take_held() {
+    health_->set_hook({});  // tickets may outlive the relay
+    health_->set_verify({});
+    ride_sites_.clear();
+    if (relay_) relay_->stop();
+    auto held = std::make_unique<Held>(group_);
+    held->ctx = std::move(ctx_);
+    held->sync = std::move(sync_);
+    held->relay = std::move(relay_);
+    held->relay_leftovers = std::move(relay_leftovers_);
+    held->plans = std::move(plans_);
+    held->retiring = std::move(retiring_);
+    held->generation = std::move(generation_);
+    held->fences = std::move(unsettled_);
+    ctx_.clear();
+    plans_.clear();
+    retiring_.clear();
+    unsettled_.clear();
+    return held;
+  }
+
   void init(std::size_t n) {
     ctx_.resize(n);
     std::vector<vk::Semaphore> sources(n);
@@ -477,6 +655,7 @@ class Communicator {
       c.compute = Timeline(vkd);
       c.transfer = Timeline(vkd);
       c.download = Timeline(vkd);
+      c.abort = Timeline(vkd);
       if (exportable_sources()) c.shared = Timeline(vkd, true);
       c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
       (void)c.device->kernels();  // here, so a device that cannot bind them fails creation
@@ -605,7 +784,7 @@ class Communicator {
       // signals it only for calls that need it. tpar's last point is as good there.)
       if (!args.ready.empty() && args.ready[d].semaphore && !args.ready_on_compute_queue) done[d] = args.ready[d];
       else done[d] = {c.compute.handle(), c.submitted[0]};
-      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
+      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}, c.abort.handle()};
     }
     return Ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
   }
@@ -882,7 +1061,10 @@ class Communicator {
           values[m++] = need[r * n + d];
         }
       if (!m) continue;
-      const vk::Result r = detail::wait_all(c.device->handle(), std::span(sems, m), std::span(values, m), options_.timeout);
+      const detail::WaitOutcome end =
+          detail::wait_or_abort(c.device->handle(), std::span(sems, m), std::span(values, m), c.abort.handle(), options_.timeout);
+      if (end.aborted) throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
+      const vk::Result r = end.result;
       if (r != vk::Result::eSuccess) {
         const Error e(r == vk::Result::eTimeout ? ErrorCode::timeout : detail::code_for(r),
                       "device " + std::to_string(d) + " did not finish " + what + " within the timeout (" + vk::to_string(r) +
@@ -974,7 +1156,7 @@ class Communicator {
       else done[d] = {c.compute.handle(), compute_base};
       // Every download is followed by a compute batch that waits for it, so the ticket's
       // compute and upload points cover the downloads too.
-      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
+      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}, c.abort.handle()};
       for (std::size_t r = 0; r < role_count; ++r) slot[r * n + d] = plan.last_use[r][d] = c.submitted[r];
     }
     ++calls_;
@@ -1315,29 +1497,7 @@ class Communicator {
     return true;
   }
 
-  void release_all() {
-    for (auto& p : plans_) p->destroy(ctx_);
-    plans_.clear();
-    for (auto& r : retiring_)
-      if (r.plan) r.plan->destroy(ctx_);
-    retiring_.clear();
-    generation_.reset();
-    sync_.reset();
-    health_->set_hook({});  // tickets may outlive the relay
-    health_->set_verify({});
-    ride_sites_.clear();
-    relay_.reset();
-    // A self-test kernel that did not see the host's write ends at its spin bound.
-    if (relay_leftovers_ && !relay_leftovers_->finished(std::chrono::seconds(2))) (void)relay_leftovers_.release();
-    relay_leftovers_.reset();
-    for (auto& c : ctx_) {
-      if (!c.device) continue;  // creation failed before this device was reached
-      const vk::Device vkd = c.device->handle();
-      if (c.transfer_pool && c.transfer_pool != c.compute_pool) vkd.destroyCommandPool(c.transfer_pool);
-      if (c.compute_pool) vkd.destroyCommandPool(c.compute_pool);
-    }
-    ctx_.clear();
-  }
+  void release_all() { take_held().reset(); }
 
   DeviceGroup group_;
   Options options_;
@@ -1379,6 +1539,7 @@ class Communicator {
   std::vector<BufferSpan> last_spans_;                         // the last call's spans (for a ride)
   std::vector<std::unique_ptr<detail::RideSites>> ride_sites_;  // by device, made by the first site
   std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
+  std::atomic<bool> aborted_{false};   // abort() was called (from any thread)
 };
 
 // The relay's self-test on `group`, as a communicator with `options` and the relay asked
