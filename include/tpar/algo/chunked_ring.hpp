@@ -21,6 +21,7 @@ namespace tpar::inline v0 {
 
 struct ChunkedRing {
   static constexpr std::string_view name = "ring";
+  static constexpr AlgoChoice choice = AlgoChoice::ring;  // what Options::algo calls it
 
   struct Piece {
     std::size_t lo = 0, hi = 0;  // values [lo, hi) of the tensor

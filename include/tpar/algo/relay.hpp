@@ -18,6 +18,7 @@ namespace tpar::inline v0 {
 
 struct Relay {
   static constexpr std::string_view name = "relay";
+  static constexpr AlgoChoice choice = AlgoChoice::relay;  // what Options::algo calls it
 
   static Schedule build(const ScheduleRequest& rq) {
     rq.validate_enums();

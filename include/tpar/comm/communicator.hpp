@@ -16,6 +16,7 @@
 #include <tpar/comm/detail/batch_list.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
 #include <tpar/comm/detail/merged_batches.hpp>
+#include <tpar/comm/detail/policy_options.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
 #include <tpar/comm/detail/relay_self_test.hpp>
@@ -53,6 +54,7 @@ class Communicator {
         deferral_(std::make_shared<detail::Deferral>()) {
     detail::remains().reap();
     options_.validate_enums();
+    detail::apply_policy_types<Sync, Algo>(options_);
     if (options_.depth > max_depth)
       throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 0 (sized by " +
                                                    "staging_in_flight) or 1 to " + std::to_string(max_depth));
@@ -69,6 +71,7 @@ class Communicator {
     const std::size_t n = group_.size();
     relay_setup_ = detail::RelaySetup::check(group_, options_);
     if (n > 1) Staging::check_support(group_);
+    if constexpr (requires { Sync::check_support(group_); }) Sync::check_support(group_);  // before anything is made for it
     try {
       init(n);
       test_relay();
