@@ -858,7 +858,7 @@ TEST_CASE("done points order the caller's own GPU work after the sum, with no ho
     for (int d = 0; d < 2; ++d) {
       const vk::Semaphore sem = mine[d]->semaphore;
       const std::uint64_t two = 2;
-      REQUIRE(detail::wait_all(env.group()[d].handle(), std::span(&sem, 1), std::span(&two, 1), test_timeout) ==
+      REQUIRE(tpar::wait(env.group()[d].handle(), std::span(&sem, 1), std::span(&two, 1), test_timeout) ==
               vk::Result::eSuccess);
     }
     for (auto [dev, pool] : pools) dev.destroyCommandPool(pool);

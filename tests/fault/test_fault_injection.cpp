@@ -684,13 +684,13 @@ TEST_CASE("Queue::submit splits a long list into vkQueueSubmit calls of at most 
       CHECK(reached == count);
       CHECK(fault::submits() - before == 3);
       const std::uint64_t want = count;
-      CHECK(detail::wait_all(dev.handle(), std::span(&sem, 1), std::span(&want, 1), 5s) == vk::Result::eSuccess);
+      CHECK(tpar::wait(dev.handle(), std::span(&sem, 1), std::span(&want, 1), 5s) == vk::Result::eSuccess);
     } else {
       CHECK(r == vk::Result::eErrorOutOfHostMemory);
       CHECK(reached == Queue::max_batches_per_submit);
       CHECK(fault::submits() - before == 1);
       const std::uint64_t want = Queue::max_batches_per_submit;
-      REQUIRE(detail::wait_all(dev.handle(), std::span(&sem, 1), std::span(&want, 1), 5s) == vk::Result::eSuccess);
+      REQUIRE(tpar::wait(dev.handle(), std::span(&sem, 1), std::span(&want, 1), 5s) == vk::Result::eSuccess);
       std::this_thread::sleep_for(50ms);  // what did not reach the queue never signals
       CHECK(t.value() == Queue::max_batches_per_submit);
     }

@@ -1457,7 +1457,7 @@ class Communicator {
     for (auto& c : ctx_) {
       const vk::Semaphore sems[role_count] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-      if (detail::wait_all(c.device->handle(), sems, c.queued, left) != vk::Result::eSuccess) return false;
+      if (tpar::wait(c.device->handle(), sems, c.queued, left) != vk::Result::eSuccess) return false;
     }
     return true;
   }

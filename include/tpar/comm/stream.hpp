@@ -599,7 +599,7 @@ class StreamAllreduce {
   void submit_when_ready() {
     for (auto* s : streams_) {
       for (const TimelinePoint& p : s->carried_waits()) {
-        const vk::Result r = detail::wait_all(s->device(), std::span(&p.semaphore, 1), std::span(&p.value, 1),
+        const vk::Result r = tpar::wait(s->device(), std::span(&p.semaphore, 1), std::span(&p.value, 1),
                                               comm_.options().timeout);
         if (r != vk::Result::eSuccess) throw Error(detail::code_for(r), "StreamAllreduce: a wait of the carried batches", r);
       }

@@ -131,10 +131,10 @@ struct WaitOutcome {
 // or until `abort` (the communicator's: Communicator::abort signals it to 1) is
 // signalled, whichever comes first. One semaphore at a time, each wait on it or the
 // abort (VK_SEMAPHORE_WAIT_ANY_BIT): a host wait ends at once when another thread aborts.
-// A null `abort`: as wait_all.
+// A null `abort`: as tpar::wait.
 inline WaitOutcome wait_or_abort(vk::Device device, std::span<const vk::Semaphore> semaphores,
                                  std::span<const std::uint64_t> values, vk::Semaphore abort, std::chrono::nanoseconds timeout) {
-  if (!abort) return {wait_all(device, semaphores, values, timeout), false};
+  if (!abort) return {tpar::wait(device, semaphores, values, timeout), false};
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (std::size_t k = 0; k < semaphores.size(); ++k)
     for (;;) {

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <tpar/core/wire.hpp>
-#include <tpar/detail/known_enum.hpp>
+#include <tpar/core/detail/known_enum.hpp>
 
 #include <algorithm>
 #include <cctype>

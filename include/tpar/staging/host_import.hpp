@@ -6,7 +6,7 @@
 #pragma once
 
 #include <tpar/detail/align.hpp>
-#include <tpar/detail/platform.hpp>
+#include <tpar/core/detail/platform.hpp>
 #include <tpar/staging/concepts.hpp>
 #include <tpar/vk/device_group.hpp>
 

@@ -88,7 +88,7 @@ inline void submit_check(Device& device, vk::Semaphore source, vk::Semaphore mar
 // Whether `t` reaches `value` within `bound` (a lost device throws).
 inline bool reaches(const Timeline& t, std::uint64_t value, std::chrono::nanoseconds bound) {
   const vk::Semaphore s = t.handle();
-  const vk::Result r = wait_all(t.device(), std::span(&s, 1), std::span(&value, 1), bound);
+  const vk::Result r = tpar::wait(t.device(), std::span(&s, 1), std::span(&value, 1), bound);
   if (r == vk::Result::eTimeout) return false;
   check(r, "vkWaitSemaphores (NativeImport self-test)");
   return true;
