@@ -16,6 +16,8 @@ gather every layer and are above them all.
 An example program (examples/) uses tpar as a host does: it names no `tpar::detail`
 and includes no header under a detail/ folder.
 
+comm/ asks what a schedule is by its typed fields (Schedule::transport, takes_relay),
+never by comparing an algorithm's name: no `algorithm ==`, `== Relay::name`, ... there.
 
   check_layers.py [ROOT]     check ROOT (default: the repository this file is in)
   check_layers.py --planted  check that a scratch tree with an arrow up and an example
@@ -31,6 +33,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]tpar/([^>"]+)[>"]')
 NAMES_DETAIL = re.compile(r'\btpar\s*::\s*(?:inline\s+)?(?:v0\s*::\s*)?detail\b')
 INCLUDES_DETAIL = re.compile(r'^\s*#\s*include\s*[<"]tpar/(?:[^>"]*/)?detail/')
 SOURCES = ('.c', '.cc', '.cpp', '.h', '.hpp')
+NAME_COMPARE = re.compile(r'\balgorithm\s*[!=]=|[!=]=\s*[\w:]*\balgorithm\b|\b\w+::name\s*[!=]=|[!=]=\s*\w+::name\b|'
+                          r'\balgorithm\b[^;]*\.compare\(|[!=]=\s*"(?:relay|ring|oneshot|auto)"')
 
 
 def rank(path_in_tpar):
@@ -73,6 +77,18 @@ def check(root):
                     what = m.group(1).split('/', 1)[0] if target is not None else m.group(1)
                     problems.append(f'include/tpar/{rel}:{i + 1}: {LAYERS[own]} includes tpar/{m.group(1)} '
                                     f'({what}: above {LAYERS[own]})')
+    comm = os.path.join(top, 'comm')
+    for dirpath, _, files in os.walk(comm):
+        for name in sorted(files):
+            if not name.endswith(('.hpp', '.h')):
+                continue
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root).replace(os.sep, '/')
+            with open(path, encoding='utf-8', errors='replace') as f:
+                lines = strip_comments(f.read()).split('\n')
+            for i, line in enumerate(lines):
+                if NAME_COMPARE.search(line):
+                    problems.append(f'{rel}:{i + 1}: comm/ compares an algorithm\'s name: {line.strip()}')
     examples = os.path.join(root, 'examples')
     for dirpath, _, files in os.walk(examples):
         for name in sorted(files):
@@ -100,7 +116,9 @@ def planted():
         'include/tpar/core/options.hpp': '#include <tpar/core/detail/known_enum.hpp>\n',
         'include/tpar/core/detail/known_enum.hpp': '#include <tpar/core/error.hpp>\n',
         'include/tpar/detail/dispatch.hpp': '#include <tpar/core/error.hpp>\n',
-        'include/tpar/comm/communicator.hpp': '#include <tpar/algo/request.hpp>\n#include <tpar/comm/detail/plan.hpp>\n',
+        'include/tpar/comm/communicator.hpp': ('#include <tpar/algo/request.hpp>\n#include <tpar/comm/detail/plan.hpp>\n'
+                                               'bool r = takes_relay(plan.schedule);  // not algorithm == Relay::name\n'
+                                               'log(std::string(plan.schedule.algorithm) + " runs");\n'),
         'include/tpar/tpar.hpp': '#include <tpar/integrations/ggml.hpp>\n',
         'examples/tool.cpp': '// not tpar::detail::wait_all, but tpar::wait\n#include <tpar/tpar.hpp>\nint main() {}\n',
     }
@@ -112,6 +130,9 @@ def planted():
         ('include/tpar/extra/thing.hpp', '\n', 'in no layer'),
         ('examples/tool.cpp', 'void f() { tpar::detail::wait_all(); }\n', 'an example uses'),
         ('examples/tool.cpp', '#include <tpar/comm/detail/remains.hpp>\n', 'an example uses'),
+        ('include/tpar/comm/communicator.hpp', 'bool r = plan.schedule.algorithm == Relay::name;\n', 'compares an algorithm'),
+        ('include/tpar/comm/detail/cache.hpp', 'if (Relay::name == s.algorithm) {}\n', 'compares an algorithm'),
+        ('include/tpar/comm/stream.hpp', 'if (last.algorithm != "relay") {}\n', 'compares an algorithm'),
     ]
     failures = []
     with tempfile.TemporaryDirectory() as d:
@@ -143,7 +164,7 @@ def main(argv):
     for p in problems:
         print(p)
     print(f'check_layers.py: {len(problems)} arrow(s) up or internals named' if problems else
-          'check_layers.py: every include runs down, and no example names tpar::detail')
+          'check_layers.py: every include runs down, no example names tpar::detail, comm/ compares no algorithm names')
     return 1 if problems else 0
 
 

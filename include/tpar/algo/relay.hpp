@@ -26,6 +26,7 @@ struct Relay {
     ScheduleRequest f32 = rq;
     f32.wire = Wire::f32;
     Schedule s = empty_schedule(name, f32);
+    s.transport = Transport::relay;
     KernelArgs a;
     a.count = static_cast<std::uint32_t>(rq.count);
     a.spin_bound = rq.relay_spin_bound_ms;

@@ -686,7 +686,7 @@ class Communicator {
     slot_done_.assign(options_.max_slot_sets(), std::vector<std::uint64_t>(role_count * n, 0));
   }
 
-  static bool is_relay(const PlanType& plan) { return plan.schedule.algorithm == Relay::name; }
+  static bool is_relay(const PlanType& plan) { return takes_relay(plan.schedule); }
   // The slot sets a plan's calls take turns in. A relay call stages nothing in the host
   // staging (its slots and publish areas are the relay's own, max_slot_sets of them), so
   // its calls in flight do not depend on how large the staging is: after a prefill has
@@ -817,7 +817,7 @@ class Communicator {
       scratch_need = max_of((*it)->schedule.scratch_bytes);
     } else {
       built = Algo::build(rq);
-      if (built->algorithm == Relay::name && !ensure_relay(rq.count)) {
+      if (takes_relay(*built) && !ensure_relay(rq.count)) {
         ScheduleRequest without = rq;
         without.relay_automatic = false;
         built = Algo::build(without);
@@ -839,7 +839,7 @@ class Communicator {
                       std::string(built->algorithm) + " needs " + std::to_string(scratch_need) +
                           " bytes of scratch for this call, more than device " + std::to_string(d) +
                           " can bind (maxStorageBufferRange)" +
-                          (built->algorithm == ChunkedRing::name
+                          (built->scratch_per_piece
                                ? " even with " + std::to_string(max_pieces_per_chunk) +
                                      " pieces a chunk on one lane; reduce the tensor in smaller calls"
                                : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
@@ -850,7 +850,7 @@ class Communicator {
     // between two prompts would otherwise shrink the staging that the next prompt grows
     // again, each time importing and pinning it anew (89 times in a run of 55 s on two
     // H200s, 20 ms of the host's time each: docs/design/server-mixed.md).
-    const bool relay_plan = it != plans_.end() ? is_relay(**it) : built->algorithm == Relay::name;
+    const bool relay_plan = takes_relay(it != plans_.end() ? (*it)->schedule : *built);
     const bool feeds = !relay_plan || host_need > host_capacity_.current() || scratch_need > scratch_capacity_.current();
     const auto host_cap = feeds ? host_capacity_.update(host_need) : std::nullopt;
     const auto scratch_cap = feeds ? scratch_capacity_.update(scratch_need) : std::nullopt;
