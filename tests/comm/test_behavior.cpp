@@ -141,6 +141,41 @@ TEST_CASE("1000 calls of varying size, several in flight: every result right, st
   CHECK(built.plan_time.count() > 0);
 }
 
+TEST_CASE("the plan cache keeps the most recently used shapes: one used since stays, the least recent is made again") {
+  VkEnv env(2, {.sync_validation = false});
+  if (!env.ok()) return;
+  using Comm = Communicator<ProxyBridge>;
+  Comm comm(env.group(), test_opts());
+  // Shape k: 8192 - k values. The largest first, so that its staging holds every other
+  // and no new generation (which retires every plan) comes between; checked at the end.
+  const auto shape = [](std::size_t k) -> std::size_t { return 8192 - k; };
+  Rig rig(env.group(), shape(0));
+  auto call = [&](std::size_t k) {
+    const std::size_t count = shape(k);
+    std::vector<BufferSpan> spans = rig.spans();
+    for (auto& sp : spans) sp.count = count;
+    const auto x = integer_inputs(2, count, 7 + k);
+    rig.write(x);
+    comm.allreduce(spans).wait();
+    const auto sum = integer_sum(x);
+    for (const auto& r : rig.read()) REQUIRE(bit_identical(std::vector<float>(r.begin(), r.begin() + count), sum));
+  };
+  call(0);
+  const std::uint64_t generations = comm.plan_stats().generations;
+  for (std::size_t k = 1; k < Comm::max_plans; ++k) call(k);
+  CHECK(comm.plan_stats().plans == Comm::max_plans);  // one a shape, all kept
+  call(0);                                            // kept: used again, now the most recent
+  CHECK(comm.plan_stats().plans == Comm::max_plans);
+  call(Comm::max_plans);  // one more shape: the least recently used, shape 1, retires
+  CHECK(comm.plan_stats().plans == Comm::max_plans + 1);
+  call(0);  // still kept
+  call(2);  // still kept
+  CHECK(comm.plan_stats().plans == Comm::max_plans + 1);
+  call(1);  // retired: made again
+  CHECK(comm.plan_stats().plans == Comm::max_plans + 2);
+  CHECK(comm.plan_stats().generations == generations);
+}
+
 TEST_CASE("slot sets sized by bytes: a decode step's calls in flight at once, prefill's within the same staging") {
   VkEnv env(2, {.sync_validation = false});
   if (!env.ok()) return;

@@ -16,6 +16,7 @@
 #include <tpar/comm/detail/batch_list.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
 #include <tpar/comm/detail/merged_batches.hpp>
+#include <tpar/comm/detail/plan_cache.hpp>
 #include <tpar/comm/detail/policy_options.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
@@ -45,7 +46,7 @@ class Communicator {
  public:
   using Generation = typename Staging::Generation;
   using PlanType = detail::Plan<Generation>;
-  static constexpr std::size_t max_plans = 64;
+  static constexpr std::size_t max_plans = detail::PlanCache<Generation>::max_plans;
 
   explicit Communicator(DeviceGroup group, Options options = {})
       : group_(std::move(group)),
@@ -173,12 +174,12 @@ class Communicator {
   // Host staging this communicator holds now, in bytes (all devices).
   std::uint64_t staging_bytes() const {
     const auto lock = use();
-    return generation_ ? generation_->host_bytes_total() : 0;
+    return cache_.generation() ? cache_.generation()->host_bytes_total() : 0;
   }
   // Calls that may be in flight now: the current staging's slot sets (Options::depth).
   std::uint32_t in_flight() const {
     const auto lock = use();
-    return generation_ ? generation_->depth() : 0;
+    return cache_.generation() ? cache_.generation()->depth() : 0;
   }
 
   // What the last call chose.
@@ -201,7 +202,7 @@ class Communicator {
   // Staging generations and plans built so far, and the host time they took.
   PlanStats plan_stats() const {
     const auto lock = use();
-    return plan_stats_;
+    return cache_.stats();
   }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits
@@ -235,7 +236,7 @@ class Communicator {
     }
 
     const ScheduleRequest rq = schedule_request(count, args.wire, mask);
-    retire();
+    cache_.free_finished(ctx_);
     PlanType& plan = plan_for(rq);
     if (args.ready_on_compute_queue)
       for (std::size_t d = 0; d < n; ++d)
@@ -535,12 +536,6 @@ class Communicator {
   }
 
  private:
-  struct Retired {
-    std::unique_ptr<PlanType> plan;
-    std::shared_ptr<Generation> generation;
-    std::vector<std::uint64_t> values;  // [role * n + device], as slot_done_
-  };
-
   // Everything the communicator holds on the devices: freed by release_all(), or, where
   // work on a queue still uses it when the communicator goes, kept in detail::remains()
   // until that work is done.
@@ -553,9 +548,7 @@ class Communicator {
     std::unique_ptr<Sync> sync;
     std::unique_ptr<detail::RelayHub> relay;
     std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers;
-    std::list<std::unique_ptr<PlanType>> plans;
-    std::list<Retired> retiring;
-    std::shared_ptr<Generation> generation;
+    detail::PlanCache<Generation> cache;
     std::vector<std::pair<vk::Device, vk::Fence>> fences;  // behind the work on each queue (settle())
     bool fenced = false;
 
@@ -594,12 +587,7 @@ class Communicator {
     }
 
     ~Held() override {
-      for (auto& p : plans) p->destroy(ctx);
-      plans.clear();
-      for (auto& r : retiring)
-        if (r.plan) r.plan->destroy(ctx);
-      retiring.clear();
-      generation.reset();
+      cache.destroy(ctx);
       sync.reset();
       relay.reset();
       // A self-test kernel that did not see the host's write ends at its spin bound.
@@ -637,13 +625,10 @@ class Communicator {
     held->sync = std::move(sync_);
     held->relay = std::move(relay_);
     held->relay_leftovers = std::move(relay_leftovers_);
-    held->plans = std::move(plans_);
-    held->retiring = std::move(retiring_);
-    held->generation = std::move(generation_);
+    held->cache = std::move(cache_);
+    cache_ = {};
     held->fences = std::move(unsettled_);
     ctx_.clear();
-    plans_.clear();
-    retiring_.clear();
     unsettled_.clear();
     return held;
   }
@@ -792,93 +777,62 @@ class Communicator {
     return Ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
   }
 
-  static detail::PlanKey key_for(const ScheduleRequest& rq) {
-    detail::PlanKey key;
-    key.count = rq.count;
-    key.wire = rq.wire;
-    key.contributing = rq.contributing;
-    key.relay_automatic = rq.relay_automatic;
-    return key;
-  }
-
-  static std::uint64_t max_of(const std::vector<std::uint64_t>& v) {
-    std::uint64_t m = 0;
-    for (auto x : v) m = std::max(m, x);
-    return m;
-  }
-
+  // The plan for a call of `rq`: the cache's, or built once (Algo::build) and made for
+  // the current staging, which is made anew first where the capacities change.
   PlanType& plan_for(const ScheduleRequest& rq) {
-    detail::PlanKey key = key_for(rq);
-    auto it = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p->key == key; });
+    detail::PlanKey key = detail::PlanCache<Generation>::key_for(rq);
+    PlanType* found = cache_.find(key);
     std::optional<Schedule> built;
-    std::uint64_t host_need, scratch_need;
-    if (it != plans_.end()) {
-      host_need = max_of((*it)->schedule.host_bytes);
-      scratch_need = max_of((*it)->schedule.scratch_bytes);
-    } else {
+    if (!found) {
       built = Algo::build(rq);
       if (takes_relay(*built) && !ensure_relay(rq.count)) {
         ScheduleRequest without = rq;
         without.relay_automatic = false;
         built = Algo::build(without);
       }
-      host_need = max_of(built->host_bytes);
-      scratch_need = max_of(built->scratch_bytes);
-      for (std::size_t d = 0; d < size(); ++d) {
-        if (kernel_host_traffic(built->wire, built->devices[d]).to_host &&
-            built->host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
-          throw Error(ErrorCode::unsupported,
-                      std::string(built->algorithm) + " publishes " + std::to_string(built->host_bytes[d]) +
-                          " bytes of host staging from a kernel, more than device " + std::to_string(d) +
-                          " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
-        // Every other algorithm's scratch grows with the tensor, the ring's with its pieces
-        // only; and the ring already took the most pieces and the fewest lanes that fit
-        // (max_scratch_bytes), so only a smaller call helps it.
-        if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
-          throw Error(ErrorCode::unsupported,
-                      std::string(built->algorithm) + " needs " + std::to_string(scratch_need) +
-                          " bytes of scratch for this call, more than device " + std::to_string(d) +
-                          " can bind (maxStorageBufferRange)" +
-                          (built->scratch_per_piece
-                               ? " even with " + std::to_string(max_pieces_per_chunk) +
-                                     " pieces a chunk on one lane; reduce the tensor in smaller calls"
-                               : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
-      }
+      check_bindable(*built);
     }
-    // A relay call needs no staging (its memory is the relay's), so it neither grows the
-    // staging nor counts as a small call towards shrinking it: a server's decode steps
-    // between two prompts would otherwise shrink the staging that the next prompt grows
-    // again, each time importing and pinning it anew (89 times in a run of 55 s on two
-    // H200s, 20 ms of the host's time each: docs/design/server-mixed.md).
-    const bool relay_plan = takes_relay(it != plans_.end() ? (*it)->schedule : *built);
-    const bool feeds = !relay_plan || host_need > host_capacity_.current() || scratch_need > scratch_capacity_.current();
-    const auto host_cap = feeds ? host_capacity_.update(host_need) : std::nullopt;
-    const auto scratch_cap = feeds ? scratch_capacity_.update(scratch_need) : std::nullopt;
-    if (!generation_ || host_cap || scratch_cap) {
+    if (cache_.needs_generation(found ? found->schedule : *built)) {
+      if (found) built = found->schedule;  // the plans retire, their schedules stand: not built again
+      found = nullptr;
       const auto began = std::chrono::steady_clock::now();
-      auto fresh = std::make_shared<Generation>(group_, host_capacity_.current(), options_.depth_for(host_capacity_.current()),
-                                                scratch_capacity_.current());
-      ++plan_stats_.generations;
-      plan_stats_.generation_time += std::chrono::steady_clock::now() - began;
-      plan_stats_.largest_staging = std::max(plan_stats_.largest_staging, fresh->host_bytes_total());
-      retire_generation();
-      generation_ = std::move(fresh);
-      it = plans_.end();
-      if (!built) built = Algo::build(rq);
+      auto fresh = std::make_shared<Generation>(group_, cache_.host_capacity(), options_.depth_for(cache_.host_capacity()),
+                                                cache_.scratch_capacity());
+      cache_.renew(std::move(fresh), submitted_values(), std::chrono::steady_clock::now() - began);
+      last_plan_ = nullptr;  // it retired with the others
     }
-    if (it != plans_.end()) {
-      if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
-      return *plans_.front();
-    }
+    if (found) return *found;
     const auto began = std::chrono::steady_clock::now();
-    plans_.push_front(make_plan(std::move(key), std::move(*built)));
-    ++plan_stats_.plans;
-    plan_stats_.plan_time += std::chrono::steady_clock::now() - began;
-    if (plans_.size() > max_plans) {
-      retire_plan(std::move(plans_.back()));
-      plans_.pop_back();
+    auto made = make_plan(std::move(key), std::move(*built));
+    const auto inserted = cache_.insert(std::move(made), std::chrono::steady_clock::now() - began);
+    if (inserted.retired && inserted.retired == last_plan_) last_plan_ = nullptr;
+    return inserted.plan;
+  }
+
+  // Throws Error(unsupported) where `schedule` needs a binding larger than a device
+  // allows (maxStorageBufferRange), with what would help.
+  void check_bindable(const Schedule& built) const {
+    std::uint64_t scratch_need = 0;
+    for (auto x : built.scratch_bytes) scratch_need = std::max(scratch_need, x);
+    for (std::size_t d = 0; d < size(); ++d) {
+      if (kernel_host_traffic(built.wire, built.devices[d]).to_host &&
+          built.host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
+        throw Error(ErrorCode::unsupported,
+                    std::string(built.algorithm) + " publishes " + std::to_string(built.host_bytes[d]) +
+                        " bytes of host staging from a kernel, more than device " + std::to_string(d) +
+                        " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
+      // Every other algorithm's scratch grows with the tensor, the ring's with its pieces
+      // only; and the ring already took the most pieces and the fewest lanes that fit
+      // (max_scratch_bytes), so only a smaller call helps it.
+      if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
+        throw Error(ErrorCode::unsupported,
+                    std::string(built.algorithm) + " needs " + std::to_string(scratch_need) +
+                        " bytes of scratch for this call, more than device " + std::to_string(d) +
+                        " can bind (maxStorageBufferRange)" +
+                        (built.scratch_per_piece ? " even with " + std::to_string(max_pieces_per_chunk) +
+                                                       " pieces a chunk on one lane; reduce the tensor in smaller calls"
+                                                 : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
     }
-    return *plans_.front();
   }
 
   std::unique_ptr<PlanType> make_plan(detail::PlanKey key, Schedule schedule) {
@@ -886,7 +840,8 @@ class Communicator {
     auto plan = std::make_unique<PlanType>();
     plan->key = std::move(key);
     plan->schedule = std::move(schedule);
-    plan->generation = generation_;
+    const auto& generation = cache_.generation();
+    plan->generation = generation;
     plan->descriptor_pools.assign(n, nullptr);
     const std::uint32_t sets = slot_sets(*plan);
     plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(sets));
@@ -913,8 +868,8 @@ class Communicator {
         // The scratch may have grown past what any plan addresses (Capacity's headroom),
         // beyond what one binding may span: bind at most maxStorageBufferRange of it.
         const vk::DeviceSize range_limit = group_[d].capabilities().max_storage_buffer_range;
-        const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0,
-                                               generation_->scratch_bytes() > range_limit ? range_limit : VK_WHOLE_SIZE);
+        const vk::DescriptorBufferInfo scratch(generation->scratch(d), 0,
+                                               generation->scratch_bytes() > range_limit ? range_limit : VK_WHOLE_SIZE);
         const bool relay = is_relay(*plan);  // bindings 1 and 2: the device's slot and publish area
         const HostTraffic traffic = kernel_host_traffic(plan->schedule.wire, plan->schedule.devices[d]);
         const bool publishes = traffic.to_host > 0 && n > 1;
@@ -923,7 +878,7 @@ class Communicator {
         for (std::uint32_t parity = 0; parity < depth; ++parity) {
           const vk::DescriptorBufferInfo host =
               relay       ? relay_->publish(d, parity)
-              : publishes ? vk::DescriptorBufferInfo(generation_->host_buffer(d, d), generation_->slot_offset(parity), host_range)
+              : publishes ? vk::DescriptorBufferInfo(generation->host_buffer(d, d), generation->slot_offset(parity), host_range)
                           : scratch;
           const vk::DescriptorBufferInfo second = relay ? relay_->slot(d, parity) : scratch;
           // Binding 3: the peers' host staging for this parity, for kernels that read it in
@@ -931,7 +886,7 @@ class Communicator {
           std::array<vk::DescriptorBufferInfo, max_direct_peers> peers;
           for (std::uint32_t j = 0; j < max_direct_peers; ++j) {
             const bool peer = reads_peers && j < n && j != d && plan->schedule.host_bytes[j] > 0;
-            peers[j] = peer ? vk::DescriptorBufferInfo(generation_->host_buffer(d, j), generation_->slot_offset(parity),
+            peers[j] = peer ? vk::DescriptorBufferInfo(generation->host_buffer(d, j), generation->slot_offset(parity),
                                                        plan->schedule.host_bytes[j])
                             : scratch;
           }
@@ -1379,9 +1334,7 @@ class Communicator {
                 }
               }
         };
-        for (const auto& p : plans_) scan(*p);
-        for (const auto& rt : retiring_)
-          if (rt.plan) scan(*rt.plan);
+        cache_.for_each_plan(scan);
         if (!first) continue;
         out += "; device ";
         out += std::to_string(d);
@@ -1409,39 +1362,6 @@ class Communicator {
     for (std::size_t d = 0; d < n; ++d)
       for (std::size_t r = 0; r < role_count; ++r) v[r * n + d] = ctx_[d].submitted[r];
     return v;
-  }
-
-  void retire_plan(std::unique_ptr<PlanType> plan) {
-    if (plan.get() == last_plan_) last_plan_ = nullptr;
-    std::vector<std::uint64_t> values;
-    for (const auto& use : plan->last_use) values.insert(values.end(), use.begin(), use.end());
-    retiring_.push_back({std::move(plan), nullptr, std::move(values)});
-  }
-
-  void retire_generation() {
-    for (auto& p : plans_) retire_plan(std::move(p));
-    plans_.clear();
-    if (generation_) retiring_.push_back({nullptr, std::move(generation_), submitted_values()});
-  }
-
-  // Frees what retired: plans and staging whose last use every device has finished.
-  void retire() {
-    if (retiring_.empty()) return;
-    const std::size_t n = size();
-    for (auto& c : ctx_) {
-      for (std::size_t r = 0; r < role_count; ++r) {
-        std::uint64_t v = 0;
-        if (c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v) == vk::Result::eSuccess)
-          c.completed[r] = std::max(c.completed[r], v);
-      }
-    }
-    retiring_.remove_if([&](Retired& r) {
-      for (std::size_t d = 0; d < n; ++d)
-        for (std::size_t k = 0; k < role_count; ++k)
-          if (ctx_[d].completed[k] < r.values[k * n + d]) return false;
-      if (r.plan) r.plan->destroy(ctx_);
-      return true;
-    });
   }
 
   // Waits up to `timeout` for everything submitted to finish.
@@ -1529,11 +1449,7 @@ class Communicator {
   RelaySelfTest relay_test_;
   std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers_;  // self-test kernels still running
   bool last_was_relay_ = false;               // whether the last call took the relay
-  Capacity host_capacity_, scratch_capacity_;
-  PlanStats plan_stats_;
-  std::shared_ptr<Generation> generation_;
-  std::list<std::unique_ptr<PlanType>> plans_;  // most recently used first
-  std::list<Retired> retiring_;
+  detail::PlanCache<Generation> cache_;  // plans, the staging generation, its capacities
   std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
   std::uint64_t calls_ = 0;
   CallInfo last_call_;
