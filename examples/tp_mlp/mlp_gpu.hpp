@@ -112,7 +112,7 @@ class Gpu {
   // Host wait for this device's timeline to reach `value`.
   void wait(std::uint64_t value, std::chrono::seconds timeout = std::chrono::seconds(600)) const {
     const vk::Semaphore sem = timeline_.handle();
-    const vk::Result r = tpar::detail::wait_all(dev_->handle(), std::span(&sem, 1), std::span(&value, 1), timeout);
+    const vk::Result r = tpar::wait(dev_->handle(), sem, value, timeout);
     if (r == vk::Result::eTimeout) throw Failure("device " + std::to_string(dev_->index()) + " did not finish a step in time");
     vk_check(r, "vkWaitSemaphores");
   }

@@ -694,7 +694,7 @@ int run(Config& cfg) {
     if (!rig.last_done.empty()) {
       const vk::Semaphore sem = rig.last_done[d].semaphore;
       const std::uint64_t v = rig.last_done[d].value;
-      (void)tpar::detail::wait_all(group[d].handle(), std::span(&sem, 1), std::span(&v, 1), std::chrono::seconds(60));
+      (void)tpar::wait(group[d].handle(), sem, v, std::chrono::seconds(60));
     }
   for (std::size_t d = 0; d < n; ++d) (void)group[d].handle().waitIdle();
 

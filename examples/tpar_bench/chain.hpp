@@ -218,7 +218,7 @@ class ChainDevice {
     vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb, 1, &sem, &ti);
     stream_->flush();
     vk_check(dev_->compute_queue().submit(std::span(&si, 1)), "vkQueueSubmit (read-back)");
-    vk_check(tpar::detail::wait_all(dev_->handle(), std::span(&sem, 1), std::span(&v, 1), std::chrono::seconds(60)),
+    vk_check(tpar::wait(dev_->handle(), sem, v, std::chrono::seconds(60)),
              "waiting for the read-back");
     dev_->handle().freeCommandBuffers(pool_, 1, &cb);
     const float* p = static_cast<const float*>(readback_->mapped);
@@ -466,7 +466,7 @@ inline ChainTimes chain_run(std::vector<std::unique_ptr<ChainDevice>>& devs, tpa
   if (wiring == Wiring::none) {
     for (std::size_t d = 0; d < n; ++d) {
       const vk::Semaphore sem = ready[d].semaphore;
-      vk_check(tpar::detail::wait_all(devs[d]->device().handle(), std::span(&sem, 1), std::span(&ready[d].value, 1),
+      vk_check(tpar::wait(devs[d]->device().handle(), sem, ready[d].value,
                                       std::chrono::seconds(60)),
                "waiting for the chain");
     }

@@ -158,7 +158,7 @@ inline LinkFigures measure_link(tpar::DeviceGroup& group, std::size_t bytes, std
     for (auto d : devices)
       for (int q = 0; q < 3; ++q) {
         const vk::Semaphore sem = devs[d].timelines[q].handle();
-        vk_check(tpar::detail::wait_all(group[d].handle(), std::span(&sem, 1), std::span(&devs[d].values[q], 1),
+        vk_check(tpar::wait(group[d].handle(), sem, devs[d].values[q],
                                         std::chrono::seconds(120)),
                  "waiting for link copies");
       }

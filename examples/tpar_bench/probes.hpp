@@ -46,7 +46,7 @@ inline void measure_wake(tpar::DeviceGroup& group, int trials) {
     vk::TimelineSemaphoreSubmitInfo ti(0, nullptr, 1, &value);
     vk::SubmitInfo si(0, nullptr, nullptr, 1, &cb, 1, &sem, &ti);
     vk_check(dev.compute_queue().submit(std::span(&si, 1)), "vkQueueSubmit");
-    vk_check(tpar::detail::wait_all(vkd, std::span(&sem, 1), std::span(&value, 1), std::chrono::seconds(10)), "vkWaitSemaphores");
+    vk_check(tpar::wait(vkd, sem, value, std::chrono::seconds(10)), "vkWaitSemaphores");
     timespec woke{};
     clock_gettime(CLOCK_MONOTONIC, &woke);
     std::uint64_t stamp = 0;
@@ -118,9 +118,9 @@ inline void measure_submit(tpar::DeviceGroup& group, int batches_total) {
       cpu_ns += double(t1.tv_sec - t0.tv_sec) * 1e9 + double(t1.tv_nsec - t0.tv_nsec);
       ++submits;
       if (submits % 16 == 0)  // keep the queue short; not timed
-        vk_check(tpar::detail::wait_all(vkd, std::span(&done_sem, 1), std::span(&value, 1), std::chrono::seconds(10)), "vkWaitSemaphores");
+        vk_check(tpar::wait(vkd, done_sem, value, std::chrono::seconds(10)), "vkWaitSemaphores");
     }
-    vk_check(tpar::detail::wait_all(vkd, std::span(&done_sem, 1), std::span(&value, 1), std::chrono::seconds(10)), "vkWaitSemaphores");
+    vk_check(tpar::wait(vkd, done_sem, value, std::chrono::seconds(10)), "vkWaitSemaphores");
     std::printf("  %8d %14.2f %12.2f\n", per, cpu_ns / 1e3 / submits, cpu_ns / 1e3 / (double(submits) * per));
   }
   vkd.destroyCommandPool(pool);

@@ -54,7 +54,7 @@ struct DeviceRig {
   }
   void finish() {
     const vk::Semaphore sem = timeline.handle();
-    vk_check(tpar::detail::wait_all(dev->handle(), std::span(&sem, 1), std::span(&value, 1), std::chrono::seconds(60)), "waiting for a copy");
+    vk_check(tpar::wait(dev->handle(), sem, value, std::chrono::seconds(60)), "waiting for a copy");
     for (auto& p : pending) dev->handle().freeCommandBuffers(pool, 1, &p.first);
     pending.clear();
   }

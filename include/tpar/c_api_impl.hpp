@@ -54,6 +54,7 @@ static_assert(TPAR_ERROR_TIMEOUT == int(ErrorCode::timeout));
 static_assert(TPAR_ERROR_FAILED == int(ErrorCode::failed));
 static_assert(TPAR_ERROR_UNSUPPORTED == int(ErrorCode::unsupported));
 static_assert(TPAR_ERROR_VULKAN == int(ErrorCode::vulkan_error));
+static_assert(TPAR_ERROR_ABORTED == int(ErrorCode::aborted));
 static_assert(TPAR_LOG_DEBUG == int(LogLevel::debug) && TPAR_LOG_INFO == int(LogLevel::info) &&
               TPAR_LOG_WARNING == int(LogLevel::warning) && TPAR_LOG_ERROR == int(LogLevel::error));
 static_assert(sizeof(tpar_buffer_span) == 32 && sizeof(tpar_timeline_point) == 16);
@@ -84,6 +85,7 @@ inline const char* result_string(tpar_result r) noexcept {
     case TPAR_ERROR_FAILED: return "communicator failed";
     case TPAR_ERROR_UNSUPPORTED: return "unsupported";
     case TPAR_ERROR_VULKAN: return "Vulkan error";
+    case TPAR_ERROR_ABORTED: return "communicator aborted";
     case TPAR_ERROR_INTERNAL: return "internal error";
     default: return "unknown tpar result";
   }
@@ -113,7 +115,7 @@ tpar_result guard(const char* function, F&& f) noexcept {
     return TPAR_SUCCESS;
   } catch (const Error& err) {
     const int code = static_cast<int>(err.code_value());
-    const tpar_result r = code >= TPAR_ERROR_NO_LOADER && code <= TPAR_ERROR_VULKAN ? static_cast<tpar_result>(code)
+    const tpar_result r = code >= TPAR_ERROR_NO_LOADER && code <= TPAR_ERROR_ABORTED ? static_cast<tpar_result>(code)
                                                                                       : TPAR_ERROR_INTERNAL;
     return record(r, function, err.what(), static_cast<VkResult>(err.vk_result()));
   } catch (const std::bad_alloc&) {
@@ -455,6 +457,15 @@ tpar_result tpar_comm_status(const tpar_comm* comm) noexcept {
     require(comm, "comm");
     if (!comm->comm) invalid("comm has been destroyed");
     if (auto e = comm->comm->failure()) throw *e;
+  });
+}
+
+tpar_result tpar_comm_abort(const tpar_comm* comm) noexcept {
+  using namespace tpar::detail::c_api;
+  return guard(__func__, [&] {
+    require(comm, "comm");
+    if (!comm->comm) invalid("comm has been destroyed");
+    comm->comm->abort();
   });
 }
 

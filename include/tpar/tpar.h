@@ -45,9 +45,12 @@
  * STRUCTS. Every options struct is "zero-initialised = defaults", and its reserved
  * fields must stay zero (they leave room to grow without changing the ABI).
  *
- * THREADS. Calls on one communicator (tpar_allreduce, tpar_comm_get_info, destroy) must not
- * run concurrently; tickets may be waited on or polled from any thread while the
- * communicator that returned them lives. Group queries and tpar_group_queue_submit may be
+ * THREADS. Calls on one communicator (tpar_allreduce, tpar_comm_flush, tpar_comm_get_info,
+ * destroy) must not run concurrently; tickets may be waited on or polled from any thread
+ * while the communicator that returned them lives, deferred ones included (a wait submits
+ * the calls deferred before it under the communicator's own lock, waiting for the thread
+ * using it within the same bound); tpar_comm_abort and tpar_comm_status may be called from
+ * any thread at any time while it lives. Group queries and tpar_group_queue_submit may be
  * called from any thread.
  */
 #ifndef TPAR_TPAR_H_
@@ -86,6 +89,7 @@ typedef enum tpar_result {
   TPAR_ERROR_FAILED = 10,          /* the communicator failed earlier: destroy it, create a new one */
   TPAR_ERROR_UNSUPPORTED = 11,     /* valid, but this policy or device cannot do it */
   TPAR_ERROR_VULKAN = 12,          /* any other Vulkan failure */
+  TPAR_ERROR_ABORTED = 13,         /* the communicator was aborted (tpar_comm_abort): the call ended unfinished */
   /* Not a tpar::ErrorCode: an unexpected C++ exception, caught at the boundary. */
   TPAR_ERROR_INTERNAL = 1000,
   TPAR_RESULT_MAX_ENUM = 0x7FFFFFFF
@@ -325,8 +329,18 @@ typedef struct tpar_comm_info {
 tpar_result tpar_comm_get_info(tpar_comm* comm, tpar_comm_info* out_info) TPAR_NOEXCEPT;
 
 /* TPAR_SUCCESS while the communicator is healthy; otherwise the code of the failure
- * (timeout, device loss) that failed it, with its message. */
+ * (timeout, device loss, abort) that failed it, with its message. */
 tpar_result tpar_comm_status(const tpar_comm* comm) TPAR_NOEXCEPT;
+
+/* Ends every call of the communicator now, from any thread (for a host whose ready point
+ * will never come): waits on its tickets, and a tpar_allreduce blocked on another thread
+ * for a slot set still in use, return TPAR_ERROR_ABORTED at once; deferred calls are
+ * never submitted. The communicator is failed from then on (tpar_comm_status returns
+ * TPAR_ERROR_ABORTED, tpar_allreduce TPAR_ERROR_FAILED), and tpar_comm_destroy does not
+ * wait out its timeout. Work already on a queue behind a ready point that never comes
+ * stays there (Vulkan cannot take it back): what it uses is freed once it is done, after
+ * the communicator is destroyed. Calling it again does nothing. */
+tpar_result tpar_comm_abort(const tpar_comm* comm) TPAR_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------- */
 /* AllReduce                                                                          */

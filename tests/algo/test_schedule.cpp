@@ -434,3 +434,29 @@ TEST_CASE("host-played peers contribute small integers") {
     }
   CHECK(relay_host_peer_value(0, 0) != relay_host_peer_value(1, 0));
 }
+
+TEST_CASE("each schedule says how it travels: the relay's schedules take the relay, the others the queues") {
+  ScheduleRequest rq;
+  rq.devices = 2;
+  rq.count = 1024;
+  const Schedule relay = Relay::build(rq);
+  CHECK(relay.transport == Transport::relay);
+  CHECK(takes_relay(relay));
+  CHECK_FALSE(relay.scratch_per_piece);
+  const Schedule oneshot = OneShot::build(rq);
+  CHECK(oneshot.transport == Transport::queues);
+  CHECK_FALSE(takes_relay(oneshot));
+  CHECK_FALSE(oneshot.scratch_per_piece);
+  const Schedule ring = ChunkedRing::build(rq);
+  CHECK_FALSE(takes_relay(ring));
+  CHECK(ring.scratch_per_piece);  // the ring's scratch is its pieces', not the tensor's
+  // BySize's schedules are the ones it chose, and say so whatever name they carry.
+  rq.choice = AlgoChoice::relay;
+  CHECK(takes_relay(BySize::build(rq)));
+  rq.count = rq.relay_max_bytes / sizeof(float) + 1;  // too large for the relay: as automatic
+  CHECK_FALSE(takes_relay(BySize::build(rq)));
+  rq.choice = AlgoChoice::automatic;
+  rq.relay_automatic = true;
+  rq.count = 16;
+  CHECK(takes_relay(BySize::build(rq)));
+}

@@ -605,7 +605,7 @@ TEST_CASE("streams: a call waiting for a ride goes out at any flush or submissio
   Device& dev = env.group()[0];
   Queue& q = dev.compute_queue();
   const auto reached = [&](const TestTimeline& t, std::uint64_t v) {
-    return detail::wait_all(dev.handle(), std::span(&t.semaphore, 1), std::span(&v, 1), test_timeout) == vk::Result::eSuccess;
+    return tpar::wait(dev.handle(), std::span(&t.semaphore, 1), std::span(&v, 1), test_timeout) == vk::Result::eSuccess;
   };
   auto held_call = [](const TestTimeline& t, std::uint64_t v) {
     detail::BatchList calls;

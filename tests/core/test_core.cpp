@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 #include <tpar/core/error.hpp>
 #include <tpar/core/options.hpp>
-#include <tpar/detail/platform.hpp>
+#include <tpar/core/detail/platform.hpp>
 #include <tpar/detail/wire_codec.hpp>
 #include <tpar/staging/capacity.hpp>
 

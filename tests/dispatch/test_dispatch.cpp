@@ -99,7 +99,7 @@ TEST_CASE("a host chains 12 layers of its own work and tpar's AllReduce on its d
     // Only now does the host wait: for the last layer's sum.
     for (std::uint32_t d = 0; d < n; ++d) {
       const vk::Semaphore sem = done[d].semaphore;
-      REQUIRE(detail::wait_all(host.devices[d], std::span(&sem, 1), std::span(&done[d].value, 1), test_timeout) ==
+      REQUIRE(tpar::wait(host.devices[d], std::span(&sem, 1), std::span(&done[d].value, 1), test_timeout) ==
               vk::Result::eSuccess);
     }
     const float expect = float(layers * (1 + 2));

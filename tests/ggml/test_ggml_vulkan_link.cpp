@@ -48,7 +48,7 @@ struct SignalBatch {
 
 bool reached(vk::Device device, const tpar::Timeline& t, std::uint64_t v, std::chrono::nanoseconds within) {
   const vk::Semaphore s = t.handle();
-  return tpar::detail::wait_all(device, std::span(&s, 1), std::span(&v, 1), within) == vk::Result::eSuccess;
+  return tpar::wait(device, std::span(&s, 1), std::span(&v, 1), within) == vk::Result::eSuccess;
 }
 
 }  // namespace

@@ -222,7 +222,7 @@ struct Backend {
     workers.emplace_back([this, &buffer, offset, partial = std::move(partial), delay, read = std::move(read), after, value] {
       if (after) {
         const vk::Semaphore s = after.semaphore;
-        if (tpar::detail::wait_all(device, std::span(&s, 1), std::span(&after.value, 1), tpar_test::test_timeout) !=
+        if (tpar::wait(device, std::span(&s, 1), std::span(&after.value, 1), tpar_test::test_timeout) !=
             vk::Result::eSuccess)
           ++worker_errors;
       }
@@ -251,7 +251,7 @@ struct Backend {
       sems.push_back(pending.semaphore);
       values.push_back(pending.value);
     }
-    REQUIRE(tpar::detail::wait_all(device, sems, values, tpar_test::test_timeout) == vk::Result::eSuccess);
+    REQUIRE(tpar::wait(device, sems, values, tpar_test::test_timeout) == vk::Result::eSuccess);
     pending = {};
     recycle();
   }

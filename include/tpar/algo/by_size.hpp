@@ -13,6 +13,9 @@ namespace tpar::inline v0 {
 
 struct BySize {
   static constexpr std::string_view name = "auto";
+  // Chooses among the others by Options::algo (TPAR_ALGO) and the call's size: the one
+  // algorithm policy that reads Options::algo rather than being one of its values.
+  static constexpr AlgoChoice choice = AlgoChoice::automatic;
 
   static bool use_relay(const ScheduleRequest& rq) {
     if (rq.count * sizeof(float) > rq.relay_max_bytes) return false;

@@ -21,6 +21,7 @@ namespace tpar::inline v0 {
 
 struct ChunkedRing {
   static constexpr std::string_view name = "ring";
+  static constexpr AlgoChoice choice = AlgoChoice::ring;  // what Options::algo calls it
 
   struct Piece {
     std::size_t lo = 0, hi = 0;  // values [lo, hi) of the tensor
@@ -101,6 +102,7 @@ struct ChunkedRing {
     auto mod = [n](std::int64_t v) { return static_cast<std::uint32_t>(((v % n) + n) % n); };
 
     Schedule s = empty_schedule(name, rq);
+    s.scratch_per_piece = true;
     s.scratch_bytes.assign(n, 2 * lanes * lane_bytes);
 
     // Pass 1: every device's uploads, in the order its transfer queue runs them, with

@@ -10,6 +10,7 @@ namespace tpar::inline v0 {
 
 struct OneShot {
   static constexpr std::string_view name = "oneshot";
+  static constexpr AlgoChoice choice = AlgoChoice::oneshot;  // what Options::algo calls it
 
   static Schedule build(const ScheduleRequest& rq) {
     rq.validate_enums();

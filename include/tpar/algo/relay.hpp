@@ -18,6 +18,7 @@ namespace tpar::inline v0 {
 
 struct Relay {
   static constexpr std::string_view name = "relay";
+  static constexpr AlgoChoice choice = AlgoChoice::relay;  // what Options::algo calls it
 
   static Schedule build(const ScheduleRequest& rq) {
     rq.validate_enums();
@@ -25,6 +26,7 @@ struct Relay {
     ScheduleRequest f32 = rq;
     f32.wire = Wire::f32;
     Schedule s = empty_schedule(name, f32);
+    s.transport = Transport::relay;
     KernelArgs a;
     a.count = static_cast<std::uint32_t>(rq.count);
     a.spin_bound = rq.relay_spin_bound_ms;

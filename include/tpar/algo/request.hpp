@@ -65,11 +65,35 @@ inline Schedule empty_schedule(std::string_view algorithm, const ScheduleRequest
   return s;
 }
 
-// An algorithm turns a request into a schedule (pure: no Vulkan objects).
+// An algorithm turns a request into a schedule (pure: no Vulkan objects). `choice`, where
+// it has one, is the Options::algo value that names it (AlgoChoice::automatic: it chooses
+// by Options::algo, as BySize); an algorithm without one is named by no Options::algo
+// value, so only automatic agrees with it.
 template <class A>
 concept Algorithm = requires(const ScheduleRequest& request) {
   { A::name } -> std::convertible_to<std::string_view>;
   { A::build(request) } -> std::same_as<Schedule>;
 };
+
+namespace detail {
+template <Algorithm A>
+constexpr bool reads_algo_option() {
+  if constexpr (requires { A::choice; }) return A::choice == AlgoChoice::automatic;
+  else return false;
+}
+// The policy type's own name, for messages ("ChunkedRing", or the algorithm's name).
+template <Algorithm A>
+constexpr std::string_view algorithm_type_name() {
+  if constexpr (requires { A::choice; }) {
+    switch (A::choice) {
+      case AlgoChoice::automatic: return "BySize";
+      case AlgoChoice::ring: return "ChunkedRing";
+      case AlgoChoice::oneshot: return "OneShot";
+      case AlgoChoice::relay: return "Relay";
+    }
+  }
+  return A::name;
+}
+}  // namespace detail
 
 }  // namespace tpar::inline v0

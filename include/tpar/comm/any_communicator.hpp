@@ -7,6 +7,7 @@
 #include <tpar/sync/native_import.hpp>
 
 #include <memory>
+#include <mutex>
 
 namespace tpar::inline v0 {
 
@@ -48,6 +49,9 @@ class AnyCommunicator {
   SyncKind sync_kind() const { return impl_->sync_kind(); }
   const Options& options() const { return impl_->options(); }
   std::optional<Error> failure() const { return impl_->failure(); }
+  // See Communicator::abort (from any thread) and Communicator::exclusive.
+  void abort() noexcept { impl_->abort(); }
+  std::unique_lock<detail::CallLock> exclusive() const { return impl_->exclusive(); }
   std::uint64_t staging_bytes() const { return impl_->staging_bytes(); }
   std::uint32_t in_flight() const { return impl_->in_flight(); }
   const CallInfo& last_call() const { return impl_->last_call(); }
@@ -89,6 +93,8 @@ class AnyCommunicator {
     virtual SyncKind sync_kind() const = 0;
     virtual const Options& options() const = 0;
     virtual std::optional<Error> failure() const = 0;
+    virtual void abort() noexcept = 0;
+    virtual std::unique_lock<detail::CallLock> exclusive() const = 0;
     virtual std::uint64_t staging_bytes() const = 0;
     virtual std::uint32_t in_flight() const = 0;
     virtual const CallInfo& last_call() const = 0;
@@ -127,6 +133,8 @@ class AnyCommunicator {
     SyncKind sync_kind() const override { return Sync::kind; }
     const Options& options() const override { return comm.options(); }
     std::optional<Error> failure() const override { return comm.failure(); }
+    void abort() noexcept override { comm.abort(); }
+    std::unique_lock<detail::CallLock> exclusive() const override { return comm.exclusive(); }
     std::uint64_t staging_bytes() const override { return comm.staging_bytes(); }
     std::uint32_t in_flight() const override { return comm.in_flight(); }
     const CallInfo& last_call() const override { return comm.last_call(); }

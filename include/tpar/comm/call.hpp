@@ -1,10 +1,11 @@
 // What one allreduce call takes and reports: its arguments, what it chose, the relay's
-// statistics; and the concept a staging policy meets. Included by communicator.hpp.
+// statistics. Included by communicator.hpp.
 #pragma once
 
 #include <tpar/core/options.hpp>
 #include <tpar/core/timeline_point.hpp>
 #include <tpar/core/wire.hpp>
+#include <tpar/staging/concepts.hpp>
 #include <tpar/vk/device_group.hpp>
 
 #include <chrono>
@@ -18,13 +19,6 @@
 #include <vector>
 
 namespace tpar::inline v0 {
-
-template <class S>
-concept StagingPolicy = requires(const DeviceGroup& group) {
-  { S::name } -> std::convertible_to<std::string_view>;
-  S::check_support(group);
-  typename S::Generation;
-} && std::constructible_from<typename S::Generation, const DeviceGroup&, std::uint64_t, std::uint32_t, std::uint64_t>;
 
 // Commands a host records beside a riding relay call's kernel (Stream::ride): right after
 // the kernel in the host's command buffer, before the barrier that makes the sum visible,

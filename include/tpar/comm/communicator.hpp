@@ -1,5 +1,6 @@
 // Communicator<Sync, Algo, Staging> — an AllReduce over a DeviceGroup with exactly the
-// policies a host instantiates. One thread uses a communicator at a time.
+// policies a host instantiates. One thread uses a communicator at a time; its tickets may
+// be waited on, and the communicator aborted, from any thread.
 //
 //   tpar::Communicator<tpar::ProxyBridge> comm(group);
 //   tpar::Ticket t = comm.allreduce(spans, {.ready = ready_points});
@@ -15,9 +16,12 @@
 #include <tpar/comm/detail/batch_list.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
 #include <tpar/comm/detail/merged_batches.hpp>
+#include <tpar/comm/detail/plan_cache.hpp>
+#include <tpar/comm/detail/policy_options.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
 #include <tpar/comm/detail/relay_self_test.hpp>
+#include <tpar/comm/detail/remains.hpp>
 #include <tpar/comm/detail/ride_sites.hpp>
 #include <tpar/comm/detail/validate.hpp>
 #include <tpar/staging/capacity.hpp>
@@ -30,6 +34,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <thread>
@@ -41,14 +46,16 @@ class Communicator {
  public:
   using Generation = typename Staging::Generation;
   using PlanType = detail::Plan<Generation>;
-  static constexpr std::size_t max_plans = 64;
+  static constexpr std::size_t max_plans = detail::PlanCache<Generation>::max_plans;
 
   explicit Communicator(DeviceGroup group, Options options = {})
       : group_(std::move(group)),
         options_(options),
         health_(std::make_shared<detail::Health>()),
         deferral_(std::make_shared<detail::Deferral>()) {
+    detail::remains().reap();
     options_.validate_enums();
+    detail::apply_policy_types<Sync, Algo>(options_);
     if (options_.depth > max_depth)
       throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 0 (sized by " +
                                                    "staging_in_flight) or 1 to " + std::to_string(max_depth));
@@ -65,6 +72,7 @@ class Communicator {
     const std::size_t n = group_.size();
     relay_setup_ = detail::RelaySetup::check(group_, options_);
     if (n > 1) Staging::check_support(group_);
+    if constexpr (requires { Sync::check_support(group_); }) Sync::check_support(group_);  // before anything is made for it
     try {
       init(n);
       test_relay();
@@ -79,21 +87,34 @@ class Communicator {
 
   // Waits (bounded by the timeout) for the work in flight, then frees everything. Work
   // that never finishes (a ready point never signalled) keeps its resources: they are
-  // left allocated, and logged, rather than freed under the GPU.
+  // kept, and logged, rather than freed under the GPU, and freed once that work is done
+  // (detail::remains()). After abort(), it does not wait out the timeout.
   ~Communicator() {
-    // Deferred work still runs: GPU submissions of the host may wait on its done points.
-    try {
-      flush();
-    } catch (const std::exception& e) {
-      log(LogLevel::error, std::string("submitting deferred calls on destruction: ") + e.what());
+    const bool aborted = aborted_.load(std::memory_order_acquire);
+    {
+      const auto lock = use();
+      if (aborted) {
+        drop_deferred();  // never submitted: nothing of theirs is on a queue
+      } else {
+        // Deferred work still runs: GPU submissions of the host may wait on its done points.
+        try {
+          flush();
+        } catch (const std::exception& e) {
+          log(LogLevel::error, std::string("submitting deferred calls on destruction: ") + e.what());
+        }
+      }
+      deferral_->owner = nullptr;  // a ticket's wait submits nothing more
     }
-    deferral_->owner = nullptr;
-    const bool drained = drain(options_.timeout);
-    if (drained && settle(options_.timeout)) {
+    // After an abort, what is not held on a queue by a point that never comes finishes
+    // at once (its waiters were released); the rest is left to the remains.
+    const auto first = aborted ? std::chrono::nanoseconds(std::chrono::milliseconds(200)) : options_.timeout;
+    const bool drained = drain(first);
+    if (drained && settle(first)) {
       release_all();
+      detail::remains().reap();
       return;
     }
-    if (!drained) {
+    if (!drained && !aborted) {
       try {
         log(LogLevel::error, "communicator destroyed while its work did not finish within the timeout (" + progress() +
                                  "): its cross-device waits are released, so the buffers of the calls in flight hold undefined values");
@@ -102,29 +123,16 @@ class Communicator {
       sync_->release_waiters();
       if (relay_) relay_->abort();
     }
-    if (drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
+    if (!aborted && drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
       release_all();
       return;
     }
-    log(LogLevel::error,
-        "communicator destroyed while its work is still pending on the GPU (a ready point that is never signalled?): "
-        "its Vulkan objects are left allocated rather than freed under the GPU");
-    (void)sync_.release();
-    (void)relay_leftovers_.release();
-    if (relay_) {
-      relay_->stop();
-      (void)relay_.release();  // its memory too: a kernel may still run once its ready point comes
-    }
-    (void)new DeviceGroup(group_);
-    for (auto& p : plans_) (void)p.release();
-    for (auto& r : retiring_) (void)r.plan.release();
-    (void)new std::shared_ptr<Generation>(generation_);
-    for (auto& c : ctx_) {
-      (void)new Timeline(std::move(c.compute));
-      (void)new Timeline(std::move(c.transfer));
-      (void)new Timeline(std::move(c.download));
-      (void)new Timeline(std::move(c.shared));
-    }
+    log(aborted ? LogLevel::info : LogLevel::error,
+        std::string(aborted ? "aborted communicator destroyed" : "communicator destroyed") +
+            " while its work is still pending on the GPU (a ready point that is never signalled?): its Vulkan objects are "
+            "kept until that work is done, rather than freed under the GPU");
+    detail::remains().add(take_held());
+    detail::remains().reap();
   }
 
   std::size_t size() const { return group_.size(); }
@@ -137,10 +145,42 @@ class Communicator {
   // group queues behind that point too, until it is signalled (docs/api.md).
   std::optional<Error> failure() const { return health_->error(); }
 
+  // Ends every call of this communicator now, from any thread, while it lives: waits on
+  // its tickets and the using thread's own waits (a slot set still in use) end at once
+  // with Error(aborted); deferred calls are never submitted (their tickets report the
+  // abort); the sync policy's waiters and the relay's kernels are released, so that what
+  // is on the queues drains where it can. From then on the communicator is failed
+  // (failure() is the abort, calls are refused) and its destruction does not wait out the
+  // timeout. Work on a queue behind a ready point that never comes stays there (Vulkan
+  // cannot take it back): what it uses is kept until it is done, then freed
+  // (detail::remains()). Idempotent; never throws.
+  void abort() noexcept {
+    try {
+      health_->fail(Error(ErrorCode::aborted, "the communicator was aborted (Communicator::abort): its calls end unfinished"));
+    } catch (...) {
+    }
+    if (aborted_.exchange(true, std::memory_order_acq_rel)) return;
+    for (auto& c : ctx_) {
+      if (!c.abort.handle()) continue;
+      const vk::SemaphoreSignalInfo info(c.abort.handle(), 1);
+      (void)c.device->handle().signalSemaphore(&info);
+    }
+    try {
+      if (sync_) sync_->release_waiters();
+    } catch (...) {
+    }
+  }
+
   // Host staging this communicator holds now, in bytes (all devices).
-  std::uint64_t staging_bytes() const { return generation_ ? generation_->host_bytes_total() : 0; }
+  std::uint64_t staging_bytes() const {
+    const auto lock = use();
+    return cache_.generation() ? cache_.generation()->host_bytes_total() : 0;
+  }
   // Calls that may be in flight now: the current staging's slot sets (Options::depth).
-  std::uint32_t in_flight() const { return generation_ ? generation_->depth() : 0; }
+  std::uint32_t in_flight() const {
+    const auto lock = use();
+    return cache_.generation() ? cache_.generation()->depth() : 0;
+  }
 
   // What the last call chose.
   const CallInfo& last_call() const { return last_call_; }
@@ -154,16 +194,21 @@ class Communicator {
 
   // The relay's host threads: calls served, CPU time (tpar-bench reports it per call).
   RelayStats relay_stats() const {
+    const auto lock = use();
     if (!relay_) return {};
     return relay_->stats();
   }
 
   // Staging generations and plans built so far, and the host time they took.
-  PlanStats plan_stats() const { return plan_stats_; }
+  PlanStats plan_stats() const {
+    const auto lock = use();
+    return cache_.stats();
+  }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits
   // (bounded) for the call to finish. Call it right after the call it describes.
   CallProfile profile() {
+    const auto lock = use();
     if (!options_.profile) throw Error(ErrorCode::unsupported, "profile() needs Options::profile");
     CallProfile out;
     out.devices.resize(size());
@@ -176,6 +221,7 @@ class Communicator {
   // Sums `spans` (one per device, f32, in place) across the group. Bad input throws
   // Error(invalid_argument) with nothing enqueued and nothing changed.
   Ticket allreduce(std::span<const BufferSpan> spans, const AllreduceArgs& args = {}) {
+    const auto lock = use();
     if (auto e = health_->error())
       throw Error(ErrorCode::failed, std::string("this communicator failed earlier (") + e->what() + "); create a new one");
     validate(spans, args);
@@ -190,7 +236,7 @@ class Communicator {
     }
 
     const ScheduleRequest rq = schedule_request(count, args.wire, mask);
-    retire();
+    cache_.free_finished(ctx_);
     PlanType& plan = plan_for(rq);
     if (args.ready_on_compute_queue)
       for (std::size_t d = 0; d < n; ++d)
@@ -243,8 +289,14 @@ class Communicator {
   }
 
   // Submits every deferred call, in call order: per device and queue, one vkQueueSubmit
-  // for all of them. A no-op when none waits.
+  // for all of them. A no-op when none waits. After abort(), the deferred calls are
+  // dropped instead, and the abort is thrown.
   void flush() {
+    const auto lock = use();
+    if (aborted_.load(std::memory_order_acquire) && !pending_.empty()) {
+      drop_deferred();
+      throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
+    }
     if (before_wait_) {
       before_wait_();  // what the host held of handed calls is on the queues now
       if (pending_.empty()) deferral_->submitted_calls.store(calls_, std::memory_order_release);
@@ -265,8 +317,16 @@ class Communicator {
     deferral_->submitted_calls.store(calls_, std::memory_order_release);
   }
 
+  // The communicator's lock, for a caller that makes several of its calls as one (what
+  // tpar::StreamAllreduce does for each AllReduce): a ticket's wait on another thread
+  // (which may submit deferred calls) waits for it.
+  std::unique_lock<detail::CallLock> exclusive() const { return use(); }
+
   // Calls deferred and not yet submitted.
-  std::size_t deferred() const { return pending_.size(); }
+  std::size_t deferred() const {
+    const auto lock = use();
+    return pending_.size();
+  }
 
   // Hands the deferred calls to the host's own submissions instead of submitting them
   // (what tpar::Stream does at each AllReduce). Possible where every batch of every
@@ -284,6 +344,7 @@ class Communicator {
   // goes out at once, after every device's leading part. Otherwise false, and nothing
   // changes (flush() submits them).
   bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) {
+    const auto lock = use();
     const std::size_t n = size();
     out.resize(n);
     leading.assign(n, 0);
@@ -337,6 +398,7 @@ class Communicator {
   // later (tpar::StreamAllreduce, Options::stream_hold): no queue then waits on a
   // submission of another's that is not yet made.
   bool pending_waits_on_host_only() const {
+    const auto lock = use();
     return !pending_.empty() &&
            std::all_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.plan->waits_on_host_only; });
   }
@@ -347,6 +409,7 @@ class Communicator {
   // fails: what reached a queue is released (as after a failed flush), and the host must
   // drop the rest.
   void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) {
+    const auto lock = use();
     if (pending_.empty()) return;
     const std::size_t n = size();
     if (!ok) {
@@ -372,6 +435,7 @@ class Communicator {
   // Whether it can ride: a relay call whose kernels wait for the sum on the GPU (one
   // compute batch of one kernel on the device), Options::relay_ride on, no profiling.
   bool last_call_rides(std::size_t d) const {
+    const auto lock = use();
     if (!options_.relay_ride || options_.profile || !relay_ || !relay_->sites() || !last_plan_ || !is_relay(*last_plan_) ||
         d >= size())
       return false;
@@ -388,6 +452,7 @@ class Communicator {
   // `cb` must be submitted once, before the next call.
   std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false,
                                            const RideBeside& beside = {}) {
+    const auto lock = use();
     const detail::RideCall call = ride_call(d);
     if (!keep) {
       detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups, ordered,
@@ -403,15 +468,20 @@ class Communicator {
   // not a site of this communicator's device d, made for another buffer, size or mode, or
   // its previous call not yet done on the device (never blocks).
   bool bind_site(std::size_t d, std::uint64_t id) {
+    const auto lock = use();
     if (!ride_sites_.size() || !ride_sites_[d]) return false;
     return ride_sites_[d]->bind(id, ride_call(d));
   }
   // The host freed the command buffers that held site `id` of device d.
   void forget_site(std::size_t d, std::uint64_t id) {
+    const auto lock = use();
     if (d < ride_sites_.size() && ride_sites_[d]) ride_sites_[d]->forget(id);
   }
   // Sites in use on device d.
-  std::size_t sites_in_use(std::size_t d) const { return d < ride_sites_.size() && ride_sites_[d] ? ride_sites_[d]->in_use() : 0; }
+  std::size_t sites_in_use(std::size_t d) const {
+    const auto lock = use();
+    return d < ride_sites_.size() && ride_sites_[d] ? ride_sites_[d]->in_use() : 0;
+  }
 
   // Whether a call of `count` values (`contributing`: as AllreduceArgs::contributes) runs
   // so that each device's part of it can be handed to a thread of its own
@@ -420,6 +490,7 @@ class Communicator {
   // steps, nor the relay). Chooses (and makes) the plan the call would take; enqueues
   // nothing.
   bool per_device(std::size_t count, std::uint32_t contributing = ~0u) {
+    const auto lock = use();
     if (count == 0) return true;
     const ScheduleRequest rq = schedule_request(count, std::nullopt, contributing);
     return plan_for(rq).per_device;
@@ -428,12 +499,16 @@ class Communicator {
   // What runs before tpar submits deferred calls itself or waits on the host for its own
   // work (a ticket's wait, a slot set still in use, destruction): tpar::Stream submits
   // what it holds of earlier calls, so that nothing tpar waits for is still in its hands.
-  void set_before_wait(std::function<void()> f) { before_wait_ = std::move(f); }
+  void set_before_wait(std::function<void()> f) {
+    const auto lock = use();
+    before_wait_ = std::move(f);
+  }
 
   // The request a call of `count` values (wire override, contributing mask) schedules:
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
+    const auto lock = use();
     if (wire) detail::require_known(*wire, all_wires, "the wire asked for");
     const std::size_t n = size();
     ScheduleRequest rq;
@@ -461,11 +536,102 @@ class Communicator {
   }
 
  private:
-  struct Retired {
-    std::unique_ptr<PlanType> plan;
-    std::shared_ptr<Generation> generation;
-    std::vector<std::uint64_t> values;  // [role * n + device], as slot_done_
+  // Everything the communicator holds on the devices: freed by release_all(), or, where
+  // work on a queue still uses it when the communicator goes, kept in detail::remains()
+  // until that work is done.
+  struct Held final : detail::Remains {
+    explicit Held(DeviceGroup g) : group(std::move(g)) {}
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    DeviceGroup group;  // first: the devices outlive everything else held
+    std::vector<detail::DeviceContext> ctx;
+    std::unique_ptr<Sync> sync;
+    std::unique_ptr<detail::RelayHub> relay;
+    std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers;
+    detail::PlanCache<Generation> cache;
+    std::vector<std::pair<vk::Device, vk::Fence>> fences;  // behind the work on each queue (settle())
+    bool fenced = false;
+
+    // Every timeline reached what was handed to the queues; then a fence on every queue
+    // behind it signalled (see settle(): the driver may still write into a semaphore a
+    // batch waited on after the batch signalled).
+    bool finished() override {
+      for (auto& c : ctx)
+        for (std::size_t r = 0; r < role_count; ++r) {
+          std::uint64_t v = 0;
+          const vk::Result res = c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v);
+          if (res == vk::Result::eSuccess && v < c.queued[r]) return false;  // (a lost device runs nothing more)
+        }
+      if (relay_leftovers && !relay_leftovers->finished(std::chrono::nanoseconds(0))) return false;
+      if (!fenced) {
+        fenced = true;
+        for (auto& c : ctx) {
+          const vk::Device vkd = c.device->handle();
+          Queue* queues[role_count] = {&c.device->compute_queue(), &c.device->transfer_queue(), &c.queue(Role::download)};
+          const std::size_t used = c.merged ? 1 : c.submitted[2] && queues[2] != queues[1] ? 3 : 2;
+          for (Queue* q : std::span(queues, used)) {
+            vk::Fence fence;
+            const vk::FenceCreateInfo info;
+            if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) continue;
+            if (q->submit({}, fence) != vk::Result::eSuccess) {
+              vkd.destroyFence(fence);
+              continue;
+            }
+            fences.emplace_back(vkd, fence);
+          }
+        }
+      }
+      for (auto [vkd, fence] : fences)
+        if (vkd.getFenceStatus(fence) == vk::Result::eNotReady) return false;
+      return true;
+    }
+
+    ~Held() override {
+      cache.destroy(ctx);
+      sync.reset();
+      relay.reset();
+      // A self-test kernel that did not see the host's write ends at its spin bound.
+      if (relay_leftovers && !relay_leftovers->finished(std::chrono::seconds(2))) (void)relay_leftovers.release();
+      relay_leftovers.reset();
+      for (auto& c : ctx) {
+        if (!c.device) continue;  // creation failed before this device was reached
+        const vk::Device vkd = c.device->handle();
+        if (c.transfer_pool && c.transfer_pool != c.compute_pool) vkd.destroyCommandPool(c.transfer_pool);
+        if (c.compute_pool) vkd.destroyCommandPool(c.compute_pool);
+      }
+      ctx.clear();
+      for (auto [vkd, fence] : fences) vkd.destroyFence(fence);
+    }
   };
+
+  // The communicator's lock (detail::Deferral::use), taken by every entry point.
+  std::unique_lock<detail::CallLock> use() const { return std::unique_lock(deferral_->use); }
+
+  // Deferred calls that will never be submitted (after abort()).
+  void drop_deferred() {
+    if (pending_.empty()) return;
+    pending_.clear();
+    if (relay_) relay_->abort();
+  }
+
+  // What the communicator holds, moved out of it (the hooks that point into it cleared).
+  std::unique_ptr<Held> take_held() {
+    health_->set_hook({});  // tickets may outlive the relay
+    health_->set_verify({});
+    ride_sites_.clear();
+    if (relay_) relay_->stop();
+    auto held = std::make_unique<Held>(group_);
+    held->ctx = std::move(ctx_);
+    held->sync = std::move(sync_);
+    held->relay = std::move(relay_);
+    held->relay_leftovers = std::move(relay_leftovers_);
+    held->cache = std::move(cache_);
+    cache_ = {};
+    held->fences = std::move(unsettled_);
+    ctx_.clear();
+    unsettled_.clear();
+    return held;
+  }
 
   void init(std::size_t n) {
     ctx_.resize(n);
@@ -477,6 +643,7 @@ class Communicator {
       c.compute = Timeline(vkd);
       c.transfer = Timeline(vkd);
       c.download = Timeline(vkd);
+      c.abort = Timeline(vkd);
       if (exportable_sources()) c.shared = Timeline(vkd, true);
       c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
       (void)c.device->kernels();  // here, so a device that cannot bind them fails creation
@@ -504,7 +671,7 @@ class Communicator {
     slot_done_.assign(options_.max_slot_sets(), std::vector<std::uint64_t>(role_count * n, 0));
   }
 
-  static bool is_relay(const PlanType& plan) { return plan.schedule.algorithm == Relay::name; }
+  static bool is_relay(const PlanType& plan) { return takes_relay(plan.schedule); }
   // The slot sets a plan's calls take turns in. A relay call stages nothing in the host
   // staging (its slots and publish areas are the relay's own, max_slot_sets of them), so
   // its calls in flight do not depend on how large the staging is: after a prefill has
@@ -605,98 +772,67 @@ class Communicator {
       // signals it only for calls that need it. tpar's last point is as good there.)
       if (!args.ready.empty() && args.ready[d].semaphore && !args.ready_on_compute_queue) done[d] = args.ready[d];
       else done[d] = {c.compute.handle(), c.submitted[0]};
-      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
+      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}, c.abort.handle()};
     }
     return Ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
   }
 
-  static detail::PlanKey key_for(const ScheduleRequest& rq) {
-    detail::PlanKey key;
-    key.count = rq.count;
-    key.wire = rq.wire;
-    key.contributing = rq.contributing;
-    key.relay_automatic = rq.relay_automatic;
-    return key;
-  }
-
-  static std::uint64_t max_of(const std::vector<std::uint64_t>& v) {
-    std::uint64_t m = 0;
-    for (auto x : v) m = std::max(m, x);
-    return m;
-  }
-
+  // The plan for a call of `rq`: the cache's, or built once (Algo::build) and made for
+  // the current staging, which is made anew first where the capacities change.
   PlanType& plan_for(const ScheduleRequest& rq) {
-    detail::PlanKey key = key_for(rq);
-    auto it = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p->key == key; });
+    detail::PlanKey key = detail::PlanCache<Generation>::key_for(rq);
+    PlanType* found = cache_.find(key);
     std::optional<Schedule> built;
-    std::uint64_t host_need, scratch_need;
-    if (it != plans_.end()) {
-      host_need = max_of((*it)->schedule.host_bytes);
-      scratch_need = max_of((*it)->schedule.scratch_bytes);
-    } else {
+    if (!found) {
       built = Algo::build(rq);
-      if (built->algorithm == Relay::name && !ensure_relay(rq.count)) {
+      if (takes_relay(*built) && !ensure_relay(rq.count)) {
         ScheduleRequest without = rq;
         without.relay_automatic = false;
         built = Algo::build(without);
       }
-      host_need = max_of(built->host_bytes);
-      scratch_need = max_of(built->scratch_bytes);
-      for (std::size_t d = 0; d < size(); ++d) {
-        if (kernel_host_traffic(built->wire, built->devices[d]).to_host &&
-            built->host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
-          throw Error(ErrorCode::unsupported,
-                      std::string(built->algorithm) + " publishes " + std::to_string(built->host_bytes[d]) +
-                          " bytes of host staging from a kernel, more than device " + std::to_string(d) +
-                          " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
-        // Every other algorithm's scratch grows with the tensor, the ring's with its pieces
-        // only; and the ring already took the most pieces and the fewest lanes that fit
-        // (max_scratch_bytes), so only a smaller call helps it.
-        if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
-          throw Error(ErrorCode::unsupported,
-                      std::string(built->algorithm) + " needs " + std::to_string(scratch_need) +
-                          " bytes of scratch for this call, more than device " + std::to_string(d) +
-                          " can bind (maxStorageBufferRange)" +
-                          (built->algorithm == ChunkedRing::name
-                               ? " even with " + std::to_string(max_pieces_per_chunk) +
-                                     " pieces a chunk on one lane; reduce the tensor in smaller calls"
-                               : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
-      }
+      check_bindable(*built);
     }
-    // A relay call needs no staging (its memory is the relay's), so it neither grows the
-    // staging nor counts as a small call towards shrinking it: a server's decode steps
-    // between two prompts would otherwise shrink the staging that the next prompt grows
-    // again, each time importing and pinning it anew (89 times in a run of 55 s on two
-    // H200s, 20 ms of the host's time each: docs/design/server-mixed.md).
-    const bool relay_plan = it != plans_.end() ? is_relay(**it) : built->algorithm == Relay::name;
-    const bool feeds = !relay_plan || host_need > host_capacity_.current() || scratch_need > scratch_capacity_.current();
-    const auto host_cap = feeds ? host_capacity_.update(host_need) : std::nullopt;
-    const auto scratch_cap = feeds ? scratch_capacity_.update(scratch_need) : std::nullopt;
-    if (!generation_ || host_cap || scratch_cap) {
+    if (cache_.needs_generation(found ? found->schedule : *built)) {
+      if (found) built = found->schedule;  // the plans retire, their schedules stand: not built again
+      found = nullptr;
       const auto began = std::chrono::steady_clock::now();
-      auto fresh = std::make_shared<Generation>(group_, host_capacity_.current(), options_.depth_for(host_capacity_.current()),
-                                                scratch_capacity_.current());
-      ++plan_stats_.generations;
-      plan_stats_.generation_time += std::chrono::steady_clock::now() - began;
-      plan_stats_.largest_staging = std::max(plan_stats_.largest_staging, fresh->host_bytes_total());
-      retire_generation();
-      generation_ = std::move(fresh);
-      it = plans_.end();
-      if (!built) built = Algo::build(rq);
+      auto fresh = std::make_shared<Generation>(group_, cache_.host_capacity(), options_.depth_for(cache_.host_capacity()),
+                                                cache_.scratch_capacity());
+      cache_.renew(std::move(fresh), submitted_values(), std::chrono::steady_clock::now() - began);
+      last_plan_ = nullptr;  // it retired with the others
     }
-    if (it != plans_.end()) {
-      if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
-      return *plans_.front();
-    }
+    if (found) return *found;
     const auto began = std::chrono::steady_clock::now();
-    plans_.push_front(make_plan(std::move(key), std::move(*built)));
-    ++plan_stats_.plans;
-    plan_stats_.plan_time += std::chrono::steady_clock::now() - began;
-    if (plans_.size() > max_plans) {
-      retire_plan(std::move(plans_.back()));
-      plans_.pop_back();
+    auto made = make_plan(std::move(key), std::move(*built));
+    const auto inserted = cache_.insert(std::move(made), std::chrono::steady_clock::now() - began);
+    if (inserted.retired && inserted.retired == last_plan_) last_plan_ = nullptr;
+    return inserted.plan;
+  }
+
+  // Throws Error(unsupported) where `schedule` needs a binding larger than a device
+  // allows (maxStorageBufferRange), with what would help.
+  void check_bindable(const Schedule& built) const {
+    std::uint64_t scratch_need = 0;
+    for (auto x : built.scratch_bytes) scratch_need = std::max(scratch_need, x);
+    for (std::size_t d = 0; d < size(); ++d) {
+      if (kernel_host_traffic(built.wire, built.devices[d]).to_host &&
+          built.host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
+        throw Error(ErrorCode::unsupported,
+                    std::string(built.algorithm) + " publishes " + std::to_string(built.host_bytes[d]) +
+                        " bytes of host staging from a kernel, more than device " + std::to_string(d) +
+                        " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
+      // Every other algorithm's scratch grows with the tensor, the ring's with its pieces
+      // only; and the ring already took the most pieces and the fewest lanes that fit
+      // (max_scratch_bytes), so only a smaller call helps it.
+      if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
+        throw Error(ErrorCode::unsupported,
+                    std::string(built.algorithm) + " needs " + std::to_string(scratch_need) +
+                        " bytes of scratch for this call, more than device " + std::to_string(d) +
+                        " can bind (maxStorageBufferRange)" +
+                        (built.scratch_per_piece ? " even with " + std::to_string(max_pieces_per_chunk) +
+                                                       " pieces a chunk on one lane; reduce the tensor in smaller calls"
+                                                 : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
     }
-    return *plans_.front();
   }
 
   std::unique_ptr<PlanType> make_plan(detail::PlanKey key, Schedule schedule) {
@@ -704,7 +840,8 @@ class Communicator {
     auto plan = std::make_unique<PlanType>();
     plan->key = std::move(key);
     plan->schedule = std::move(schedule);
-    plan->generation = generation_;
+    const auto& generation = cache_.generation();
+    plan->generation = generation;
     plan->descriptor_pools.assign(n, nullptr);
     const std::uint32_t sets = slot_sets(*plan);
     plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(sets));
@@ -731,8 +868,8 @@ class Communicator {
         // The scratch may have grown past what any plan addresses (Capacity's headroom),
         // beyond what one binding may span: bind at most maxStorageBufferRange of it.
         const vk::DeviceSize range_limit = group_[d].capabilities().max_storage_buffer_range;
-        const vk::DescriptorBufferInfo scratch(generation_->scratch(d), 0,
-                                               generation_->scratch_bytes() > range_limit ? range_limit : VK_WHOLE_SIZE);
+        const vk::DescriptorBufferInfo scratch(generation->scratch(d), 0,
+                                               generation->scratch_bytes() > range_limit ? range_limit : VK_WHOLE_SIZE);
         const bool relay = is_relay(*plan);  // bindings 1 and 2: the device's slot and publish area
         const HostTraffic traffic = kernel_host_traffic(plan->schedule.wire, plan->schedule.devices[d]);
         const bool publishes = traffic.to_host > 0 && n > 1;
@@ -741,7 +878,7 @@ class Communicator {
         for (std::uint32_t parity = 0; parity < depth; ++parity) {
           const vk::DescriptorBufferInfo host =
               relay       ? relay_->publish(d, parity)
-              : publishes ? vk::DescriptorBufferInfo(generation_->host_buffer(d, d), generation_->slot_offset(parity), host_range)
+              : publishes ? vk::DescriptorBufferInfo(generation->host_buffer(d, d), generation->slot_offset(parity), host_range)
                           : scratch;
           const vk::DescriptorBufferInfo second = relay ? relay_->slot(d, parity) : scratch;
           // Binding 3: the peers' host staging for this parity, for kernels that read it in
@@ -749,7 +886,7 @@ class Communicator {
           std::array<vk::DescriptorBufferInfo, max_direct_peers> peers;
           for (std::uint32_t j = 0; j < max_direct_peers; ++j) {
             const bool peer = reads_peers && j < n && j != d && plan->schedule.host_bytes[j] > 0;
-            peers[j] = peer ? vk::DescriptorBufferInfo(generation_->host_buffer(d, j), generation_->slot_offset(parity),
+            peers[j] = peer ? vk::DescriptorBufferInfo(generation->host_buffer(d, j), generation->slot_offset(parity),
                                                        plan->schedule.host_bytes[j])
                             : scratch;
           }
@@ -882,7 +1019,10 @@ class Communicator {
           values[m++] = need[r * n + d];
         }
       if (!m) continue;
-      const vk::Result r = detail::wait_all(c.device->handle(), std::span(sems, m), std::span(values, m), options_.timeout);
+      const detail::WaitOutcome end =
+          detail::wait_or_abort(c.device->handle(), std::span(sems, m), std::span(values, m), c.abort.handle(), options_.timeout);
+      if (end.aborted) throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
+      const vk::Result r = end.result;
       if (r != vk::Result::eSuccess) {
         const Error e(r == vk::Result::eTimeout ? ErrorCode::timeout : detail::code_for(r),
                       "device " + std::to_string(d) + " did not finish " + what + " within the timeout (" + vk::to_string(r) +
@@ -974,7 +1114,7 @@ class Communicator {
       else done[d] = {c.compute.handle(), compute_base};
       // Every download is followed by a compute batch that waits for it, so the ticket's
       // compute and upload points cover the downloads too.
-      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}};
+      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}, c.abort.handle()};
       for (std::size_t r = 0; r < role_count; ++r) slot[r * n + d] = plan.last_use[r][d] = c.submitted[r];
     }
     ++calls_;
@@ -1194,9 +1334,7 @@ class Communicator {
                 }
               }
         };
-        for (const auto& p : plans_) scan(*p);
-        for (const auto& rt : retiring_)
-          if (rt.plan) scan(*rt.plan);
+        cache_.for_each_plan(scan);
         if (!first) continue;
         out += "; device ";
         out += std::to_string(d);
@@ -1226,39 +1364,6 @@ class Communicator {
     return v;
   }
 
-  void retire_plan(std::unique_ptr<PlanType> plan) {
-    if (plan.get() == last_plan_) last_plan_ = nullptr;
-    std::vector<std::uint64_t> values;
-    for (const auto& use : plan->last_use) values.insert(values.end(), use.begin(), use.end());
-    retiring_.push_back({std::move(plan), nullptr, std::move(values)});
-  }
-
-  void retire_generation() {
-    for (auto& p : plans_) retire_plan(std::move(p));
-    plans_.clear();
-    if (generation_) retiring_.push_back({nullptr, std::move(generation_), submitted_values()});
-  }
-
-  // Frees what retired: plans and staging whose last use every device has finished.
-  void retire() {
-    if (retiring_.empty()) return;
-    const std::size_t n = size();
-    for (auto& c : ctx_) {
-      for (std::size_t r = 0; r < role_count; ++r) {
-        std::uint64_t v = 0;
-        if (c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v) == vk::Result::eSuccess)
-          c.completed[r] = std::max(c.completed[r], v);
-      }
-    }
-    retiring_.remove_if([&](Retired& r) {
-      for (std::size_t d = 0; d < n; ++d)
-        for (std::size_t k = 0; k < role_count; ++k)
-          if (ctx_[d].completed[k] < r.values[k * n + d]) return false;
-      if (r.plan) r.plan->destroy(ctx_);
-      return true;
-    });
-  }
-
   // Waits up to `timeout` for everything submitted to finish.
   bool drain(std::chrono::nanoseconds timeout) {
     if (before_wait_) {
@@ -1272,7 +1377,7 @@ class Communicator {
     for (auto& c : ctx_) {
       const vk::Semaphore sems[role_count] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-      if (detail::wait_all(c.device->handle(), sems, c.queued, left) != vk::Result::eSuccess) return false;
+      if (tpar::wait(c.device->handle(), sems, c.queued, left) != vk::Result::eSuccess) return false;
     }
     return true;
   }
@@ -1315,29 +1420,7 @@ class Communicator {
     return true;
   }
 
-  void release_all() {
-    for (auto& p : plans_) p->destroy(ctx_);
-    plans_.clear();
-    for (auto& r : retiring_)
-      if (r.plan) r.plan->destroy(ctx_);
-    retiring_.clear();
-    generation_.reset();
-    sync_.reset();
-    health_->set_hook({});  // tickets may outlive the relay
-    health_->set_verify({});
-    ride_sites_.clear();
-    relay_.reset();
-    // A self-test kernel that did not see the host's write ends at its spin bound.
-    if (relay_leftovers_ && !relay_leftovers_->finished(std::chrono::seconds(2))) (void)relay_leftovers_.release();
-    relay_leftovers_.reset();
-    for (auto& c : ctx_) {
-      if (!c.device) continue;  // creation failed before this device was reached
-      const vk::Device vkd = c.device->handle();
-      if (c.transfer_pool && c.transfer_pool != c.compute_pool) vkd.destroyCommandPool(c.transfer_pool);
-      if (c.compute_pool) vkd.destroyCommandPool(c.compute_pool);
-    }
-    ctx_.clear();
-  }
+  void release_all() { take_held().reset(); }
 
   DeviceGroup group_;
   Options options_;
@@ -1366,11 +1449,7 @@ class Communicator {
   RelaySelfTest relay_test_;
   std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers_;  // self-test kernels still running
   bool last_was_relay_ = false;               // whether the last call took the relay
-  Capacity host_capacity_, scratch_capacity_;
-  PlanStats plan_stats_;
-  std::shared_ptr<Generation> generation_;
-  std::list<std::unique_ptr<PlanType>> plans_;  // most recently used first
-  std::list<Retired> retiring_;
+  detail::PlanCache<Generation> cache_;  // plans, the staging generation, its capacities
   std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
   std::uint64_t calls_ = 0;
   CallInfo last_call_;
@@ -1379,6 +1458,7 @@ class Communicator {
   std::vector<BufferSpan> last_spans_;                         // the last call's spans (for a ride)
   std::vector<std::unique_ptr<detail::RideSites>> ride_sites_;  // by device, made by the first site
   std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
+  std::atomic<bool> aborted_{false};   // abort() was called (from any thread)
 };
 
 // The relay's self-test on `group`, as a communicator with `options` and the relay asked

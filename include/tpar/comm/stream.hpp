@@ -522,6 +522,9 @@ class StreamAllreduce {
   // submitted or changed. The ticket's done points are reached once the streams' queues
   // ran the call (its wait() submits what the streams hold first).
   Ticket allreduce(std::span<const BufferSpan> spans, AllreduceArgs args = {}) {
+    // The call and its hand-over as one: a ticket's wait on another thread, which may
+    // submit deferred calls, must not come between them.
+    const auto exclusive = comm_.exclusive();
     if (!drain()) throw Error(ErrorCode::timeout, "StreamAllreduce: parts of earlier calls were not enqueued within the timeout");
     for (std::size_t d = 0; d < streams_.size(); ++d) ready_[d] = streams_[d]->next_ready();
     args.ready = ready_;
@@ -596,7 +599,7 @@ class StreamAllreduce {
   void submit_when_ready() {
     for (auto* s : streams_) {
       for (const TimelinePoint& p : s->carried_waits()) {
-        const vk::Result r = detail::wait_all(s->device(), std::span(&p.semaphore, 1), std::span(&p.value, 1),
+        const vk::Result r = tpar::wait(s->device(), std::span(&p.semaphore, 1), std::span(&p.value, 1),
                                               comm_.options().timeout);
         if (r != vk::Result::eSuccess) throw Error(detail::code_for(r), "StreamAllreduce: a wait of the carried batches", r);
       }
@@ -610,6 +613,7 @@ class StreamAllreduce {
   // Error(invalid_argument) with nothing enqueued. The ticket's done points are reached
   // once every device's part was enqueued and ran.
   Ticket allreduce_split(std::span<const BufferSpan> spans, AllreduceArgs args = {}) {
+    const auto exclusive = comm_.exclusive();
     const std::size_t n = streams_.size();
     if (spans.size() != n)
       throw Error(ErrorCode::invalid_argument, "StreamAllreduce: " + std::to_string(spans.size()) + " spans for " + std::to_string(n) + " devices");

@@ -8,10 +8,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <thread>
 #include <vector>
 
 namespace tpar::inline v0 {
@@ -65,15 +69,91 @@ class Health {
   std::function<void()> verify_;
 };
 
-// A communicator's deferred calls (AllreduceArgs::defer), shared with its tickets: how
-// many of its calls were handed to the queues, and how to hand over the rest before a
-// host waits on them. `owner` is cleared when the communicator goes (having submitted
-// what it could).
+// A lock one thread may take several times over (recursive), with a bounded take
+// (try_lock_until on the steady clock): the communicator's. Made of a mutex and a
+// condition variable rather than std::recursive_timed_mutex, whose bounded take uses
+// pthread_mutex_clocklock, which ThreadSanitizer does not see (it reported every release
+// after one as the release of a lock not held).
+class CallLock {
+ public:
+  void lock() {
+    std::unique_lock guard(mutex_);
+    const auto me = std::this_thread::get_id();
+    free_.wait(guard, [&] { return depth_ == 0 || owner_ == me; });
+    owner_ = me;
+    ++depth_;
+  }
+  bool try_lock_until(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock guard(mutex_);
+    const auto me = std::this_thread::get_id();
+    if (!free_.wait_until(guard, deadline, [&] { return depth_ == 0 || owner_ == me; })) return false;
+    owner_ = me;
+    ++depth_;
+    return true;
+  }
+  void unlock() {
+    std::lock_guard guard(mutex_);
+    if (--depth_ == 0) {
+      owner_ = {};
+      free_.notify_all();  // (one woken waiter may be giving up at its deadline)
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable free_;
+  std::thread::id owner_;
+  std::uint32_t depth_ = 0;
+};
+
+// A communicator's calls and its tickets' waits on deferred calls, shared with the
+// tickets: how many of its calls were handed to the queues, and the communicator's own
+// lock, under which it makes its calls and a ticket's wait hands over the deferred ones
+// (from any thread: tpar.h, THREADS). `owner`, guarded by the lock, is cleared when the
+// communicator goes (having submitted what it could); `flush` runs with the lock held.
+// Recursive: the communicator's entry points call each other, and tpar::StreamAllreduce
+// holds it across the calls one AllReduce of its makes.
 struct Deferral {
   std::atomic<std::uint64_t> submitted_calls{0};
+  CallLock use;
   void* owner = nullptr;
   void (*flush)(void* owner) = nullptr;
 };
+
+// How a host wait on a device's timelines ended: every value reached (result eSuccess),
+// the communicator aborted first (aborted), or the wait failed or timed out (result).
+struct WaitOutcome {
+  vk::Result result = vk::Result::eSuccess;
+  bool aborted = false;
+};
+
+// Waits until every (semaphore, value) pair of one device is reached, at most `timeout`,
+// or until `abort` (the communicator's: Communicator::abort signals it to 1) is
+// signalled, whichever comes first. One semaphore at a time, each wait on it or the
+// abort (VK_SEMAPHORE_WAIT_ANY_BIT): a host wait ends at once when another thread aborts.
+// A null `abort`: as tpar::wait.
+inline WaitOutcome wait_or_abort(vk::Device device, std::span<const vk::Semaphore> semaphores,
+                                 std::span<const std::uint64_t> values, vk::Semaphore abort, std::chrono::nanoseconds timeout) {
+  if (!abort) return {tpar::wait(device, semaphores, values, timeout), false};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (std::size_t k = 0; k < semaphores.size(); ++k)
+    for (;;) {
+      std::uint64_t now = 0;
+      vk::Result r = device.getSemaphoreCounterValue(semaphores[k], &now);
+      if (r != vk::Result::eSuccess) return {r, false};
+      if (now >= values[k]) break;
+      r = device.getSemaphoreCounterValue(abort, &now);
+      if (r != vk::Result::eSuccess) return {r, false};
+      if (now) return {vk::Result::eSuccess, true};
+      const vk::Semaphore either[2] = {semaphores[k], abort};
+      const std::uint64_t at[2] = {values[k], 1};
+      const vk::SemaphoreWaitInfo info(vk::SemaphoreWaitFlagBits::eAny, 2, either, at);
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now()).count();
+      r = device.waitSemaphores(&info, left < 0 ? 0 : static_cast<std::uint64_t>(left));
+      if (r != vk::Result::eSuccess) return {r, false};
+    }
+  return {};
+}
 
 }  // namespace detail
 
@@ -83,6 +163,7 @@ class Ticket {
     vk::Device device;
     vk::Semaphore semaphores[2];  // compute, transfer timelines
     std::uint64_t values[2] = {0, 0};
+    vk::Semaphore abort;          // the communicator's abort timeline on the device (may be null)
   };
 
   Ticket() = default;
@@ -120,34 +201,29 @@ class Ticket {
 
   // Blocks until the call finished on every device, at most `timeout` (default: the
   // communicator's). Throws Error(timeout) or Error(device_lost); either leaves the
-  // communicator failed. A deferred call is submitted first (with every call deferred
-  // before it): that is a use of the communicator, so from the thread that uses it.
+  // communicator failed. From any thread: a deferred call is submitted first (with every
+  // call deferred before it), under the communicator's lock, taken from the thread that
+  // uses the communicator within the same bound. Ends at once, with Error(aborted), when
+  // the communicator is aborted (Communicator::abort) meanwhile.
   void wait(std::optional<std::chrono::nanoseconds> timeout = std::nullopt) const {
-    if (!submitted()) {
-      if (deferral_->owner) deferral_->flush(deferral_->owner);
-      if (!submitted()) {
-        if (health_)
-          if (auto e = health_->error()) throw *e;
-        throw Error(ErrorCode::failed, "this deferred allreduce was never submitted (its communicator is gone)");
-      }
-    }
-    const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(timeout_);
+    const auto bound = timeout.value_or(timeout_);
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    if (!submitted()) hand_over(deadline, bound);
     for (std::size_t d = 0; d < waits_.size(); ++d) {
       const auto& w = waits_[d];
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-      const vk::Result r = detail::wait_all(w.device, w.semaphores, w.values, left);
-      if (r == vk::Result::eSuccess) continue;
+      const detail::WaitOutcome end = detail::wait_or_abort(w.device, w.semaphores, w.values, w.abort, left);
+      if (end.aborted) throw_failure();
+      if (end.result == vk::Result::eSuccess) continue;
       // A failure met first elsewhere (a sync thread, an earlier call) is the cause.
       if (health_)
         if (auto e = health_->error()) throw *e;
-      const Error e = r == vk::Result::eTimeout
-                          ? Error(ErrorCode::timeout,
-                                  "allreduce did not finish on device " + std::to_string(d) + " within " +
-                                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                         timeout.value_or(timeout_)).count()) +
-                                      " ms: a ready point was not signalled, or a device stalled",
-                                  r)
-                          : Error(detail::code_for(r), "waiting for allreduce on device " + std::to_string(d) + ": " + vk::to_string(r), r);
+      const Error e = end.result == vk::Result::eTimeout ? timed_out(bound, "allreduce did not finish on device " + std::to_string(d),
+                                                                     "a ready point was not signalled, or a device stalled")
+                                                         : Error(detail::code_for(end.result),
+                                                                 "waiting for allreduce on device " + std::to_string(d) + ": " +
+                                                                     vk::to_string(end.result),
+                                                                 end.result);
       if (health_) health_->fail(e);
       throw e;
     }
@@ -158,6 +234,38 @@ class Ticket {
   }
 
  private:
+  // A deferred call to the queues: the communicator's flush, under its lock. A failed or
+  // aborted communicator submits nothing more: its failure is the ticket's.
+  void hand_over(std::chrono::steady_clock::time_point deadline, std::chrono::nanoseconds bound) const {
+    if (health_)
+      if (auto e = health_->error()) throw *e;
+    std::unique_lock lock(deferral_->use, std::defer_lock);
+    if (!lock.try_lock_until(deadline)) {
+      const Error e = timed_out(bound, "a deferred allreduce was not submitted",
+                                "the thread using its communicator held it all that time, waiting itself");
+      if (health_) health_->fail(e);
+      throw e;
+    }
+    if (!submitted() && deferral_->owner) deferral_->flush(deferral_->owner);
+    if (submitted()) return;
+    if (health_)
+      if (auto e = health_->error()) throw *e;
+    throw Error(ErrorCode::failed, "this deferred allreduce was never submitted (its communicator is gone)");
+  }
+
+  [[noreturn]] void throw_failure() const {
+    if (health_)
+      if (auto e = health_->error()) throw *e;
+    throw Error(ErrorCode::aborted, "the communicator was aborted");
+  }
+
+  static Error timed_out(std::chrono::nanoseconds bound, const std::string& what, const std::string& why) {
+    return Error(ErrorCode::timeout,
+                 what + " within " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(bound).count()) +
+                     " ms: " + why,
+                 vk::Result::eTimeout);
+  }
+
   std::vector<TimelinePoint> done_;
   std::vector<DeviceWait> waits_;
   std::shared_ptr<detail::Health> health_;

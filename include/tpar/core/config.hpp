@@ -13,7 +13,7 @@
 #include <vulkan/vulkan.hpp>
 
 // Before any tpar name: on Windows, <windows.h> without the macros that would rename them.
-#include <tpar/detail/platform.hpp>
+#include <tpar/core/detail/platform.hpp>
 
 #include <cstdint>
 

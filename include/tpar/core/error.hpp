@@ -22,6 +22,7 @@ enum class ErrorCode : int {
   failed,            // the communicator failed earlier and must be rebuilt
   unsupported,       // the request is valid but this policy/device cannot do it
   vulkan_error,      // any other Vulkan failure
+  aborted,           // the communicator was aborted (Communicator::abort): its calls end unfinished
 };
 
 namespace detail {
@@ -43,6 +44,7 @@ class ErrorCategory final : public std::error_category {
       case ErrorCode::failed: return "communicator failed";
       case ErrorCode::unsupported: return "unsupported";
       case ErrorCode::vulkan_error: return "Vulkan error";
+      case ErrorCode::aborted: return "communicator aborted";
     }
     return "unknown tpar error";
   }

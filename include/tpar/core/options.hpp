@@ -4,7 +4,7 @@
 #pragma once
 
 #include <tpar/core/wire.hpp>
-#include <tpar/detail/known_enum.hpp>
+#include <tpar/core/detail/known_enum.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -67,15 +67,18 @@ inline constexpr std::uint32_t max_depth = 128;
 inline constexpr std::uint32_t max_relay_threads = 16;
 
 struct Options {
-  // Cross-device sync (runtime-selected communicator only): native = NativeImport,
-  // proxy = ProxyBridge, auto = what the group's capabilities allow.
+  // Cross-device sync: native = NativeImport, proxy = ProxyBridge, auto = what the
+  // group's capabilities allow (make_communicator chooses by it; a Communicator<Sync>
+  // takes auto or its own, and refuses the other, naming both).
   SyncChoice sync = SyncChoice::automatic;
   // Algorithm: auto = the relay up to relay_max_bytes of payload where the group allows
   // it automatically (DeviceGroup::relay_gate), then OneShot while payload x (n - 1) --
   // what each device downloads -- stays within oneshot_max_bytes, ChunkedRing above.
   // OneShot makes one cross-device hop, the ring 2(n - 1), and a hop costs tens of
   // microseconds (docs/PERFORMANCE.md); the relay makes none (docs/relay.md). relay =
-  // the relay for every call up to relay_max_bytes, larger calls as auto.
+  // the relay for every call up to relay_max_bytes, larger calls as auto. Read by BySize
+  // (the default algorithm policy); a communicator of a fixed one (ChunkedRing, OneShot,
+  // Relay) takes auto or its own, and refuses the others, naming both.
   AlgoChoice algo = AlgoChoice::automatic;
   std::size_t oneshot_max_bytes = std::size_t{12} << 20;
   // The largest payload the relay takes; each device holds a slot this large in its own

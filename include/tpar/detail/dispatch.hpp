@@ -4,7 +4,7 @@
 #pragma once
 
 #include <tpar/core/error.hpp>
-#include <tpar/detail/platform.hpp>
+#include <tpar/core/detail/platform.hpp>
 
 #include <mutex>
 #include <string>

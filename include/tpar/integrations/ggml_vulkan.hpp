@@ -282,7 +282,7 @@ class ContextLink {
     const TimelinePoint done = last_done_;
     if (done) {
       flush();
-      const vk::Result r = detail::wait_all(device_, std::span(&done.semaphore, 1), std::span(&done.value, 1), timeout);
+      const vk::Result r = tpar::wait(device_, std::span(&done.semaphore, 1), std::span(&done.value, 1), timeout);
       if (r != vk::Result::eSuccess) return r;
       last_done_ = {};
     }

@@ -6,7 +6,8 @@
 #pragma once
 
 #include <tpar/detail/align.hpp>
-#include <tpar/detail/platform.hpp>
+#include <tpar/core/detail/platform.hpp>
+#include <tpar/staging/concepts.hpp>
 #include <tpar/vk/device_group.hpp>
 
 #include <memory>
@@ -177,5 +178,7 @@ struct HostImport {
     std::vector<std::unique_ptr<detail::OwnedBuffer>> scratch_;
   };
 };
+
+static_assert(StagingPolicy<HostImport>);
 
 }  // namespace tpar::inline v0

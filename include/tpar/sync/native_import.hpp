@@ -88,7 +88,7 @@ inline void submit_check(Device& device, vk::Semaphore source, vk::Semaphore mar
 // Whether `t` reaches `value` within `bound` (a lost device throws).
 inline bool reaches(const Timeline& t, std::uint64_t value, std::chrono::nanoseconds bound) {
   const vk::Semaphore s = t.handle();
-  const vk::Result r = wait_all(t.device(), std::span(&s, 1), std::span(&value, 1), bound);
+  const vk::Result r = tpar::wait(t.device(), std::span(&s, 1), std::span(&value, 1), bound);
   if (r == vk::Result::eTimeout) return false;
   check(r, "vkWaitSemaphores (NativeImport self-test)");
   return true;
@@ -200,12 +200,20 @@ class NativeImport {
   // The communicator creates its upload timelines exportable for us.
   static constexpr bool exports_sources = true;
 
+  // Throws Error(unsupported), saying why, where the group cannot use NativeImport. The
+  // communicator asks before it makes anything for it: its exportable timelines would
+  // otherwise fail first, with the driver's VK_ERROR_INVALID_EXTERNAL_HANDLE (lavapipe).
+  static void check_support(const DeviceGroup& group) {
+    if (group.size() < 2) return;
+    const SyncGate gate = group.sync_gate();
+    if (!gate.native_possible) throw Error(ErrorCode::unsupported, "NativeImport is not possible here: " + gate.blocker);
+  }
+
   NativeImport(const DeviceGroup& group, std::span<const vk::Semaphore> sources, std::chrono::nanoseconds timeout,
                FailureHandler = {}) {
     const std::size_t n = group.size();
     if (n > 1) {
-      const SyncGate gate = group.sync_gate();
-      if (!gate.native_possible) throw Error(ErrorCode::unsupported, "NativeImport is not possible here: " + gate.blocker);
+      check_support(group);
       leftovers_ = detail::native_import_self_test(group, timeout);
     }
     imports_.resize(n);

@@ -120,14 +120,31 @@ inline HostTraffic kernel_host_traffic(Wire wire, const DeviceSchedule& s) {
   return t;
 }
 
+// How a schedule's sums travel, set by the algorithm that builds it. tpar's rooms ask
+// this (takes_relay), never the algorithm's name: an algorithm of one's own that returns
+// another's schedule travels as that one does.
+enum class Transport : std::uint8_t {
+  queues,  // the devices' queues and the communicator's host staging (OneShot, ChunkedRing)
+  relay,   // the relay's host thread and its own memory (Relay): none of the staging
+};
+
 struct Schedule {
-  std::string_view algorithm;  // the algorithm that built it
+  std::string_view algorithm;  // the algorithm that built it (for reports: last_call(), traces)
+  Transport transport = Transport::queues;
+  // Whether each device's scratch is sized by the pipelined pieces, not by the tensor
+  // (ChunkedRing, which already took the most pieces that fit): where it does not fit a
+  // binding, only a smaller call helps, not another algorithm.
+  bool scratch_per_piece = false;
   Wire wire = Wire::f32;
   std::size_t count = 0;
   std::vector<DeviceSchedule> devices;
   std::vector<std::uint64_t> host_bytes;     // per device: host staging its uploads need per call
   std::vector<std::uint64_t> scratch_bytes;  // per device: device-local scratch
 };
+
+// Whether the schedule's calls go through the relay (its memory, slot sets and host
+// thread) rather than the communicator's staging and queues alone.
+inline bool takes_relay(const Schedule& s) { return s.transport == Transport::relay; }
 
 namespace detail {
 

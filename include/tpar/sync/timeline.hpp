@@ -58,15 +58,19 @@ class Timeline {
   vk::Semaphore semaphore_;
 };
 
-namespace detail {
-
-// Waits until every (semaphore, value) pair of one device is reached, at most `timeout`.
-inline vk::Result wait_all(vk::Device device, std::span<const vk::Semaphore> semaphores,
-                           std::span<const std::uint64_t> values, std::chrono::nanoseconds timeout) {
+// Waits on the host until every (semaphore, value) pair of one device is reached, at
+// most `timeout` (negative: 0): vk::Result::eSuccess, eTimeout, or the driver's error
+// (device loss). For a host's own timelines beside tpar's (its ready and done points,
+// tpar::TimelinePoint): a Ticket waits its own call.
+inline vk::Result wait(vk::Device device, std::span<const vk::Semaphore> semaphores, std::span<const std::uint64_t> values,
+                       std::chrono::nanoseconds timeout) {
   vk::SemaphoreWaitInfo info({}, static_cast<std::uint32_t>(semaphores.size()), semaphores.data(), values.data());
   const auto ns = timeout.count() < 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
   return device.waitSemaphores(&info, ns);
 }
+// One point: `semaphore` reaching `value`.
+inline vk::Result wait(vk::Device device, vk::Semaphore semaphore, std::uint64_t value, std::chrono::nanoseconds timeout) {
+  return wait(device, std::span(&semaphore, 1), std::span(&value, 1), timeout);
+}
 
-}  // namespace detail
 }  // namespace tpar::inline v0

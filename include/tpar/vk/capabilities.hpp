@@ -3,7 +3,7 @@
 #pragma once
 
 #include <tpar/core/error.hpp>
-#include <tpar/detail/platform.hpp>
+#include <tpar/core/detail/platform.hpp>
 
 #include <algorithm>
 #include <array>

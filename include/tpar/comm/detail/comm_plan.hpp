@@ -28,7 +28,8 @@ struct PlanKey {
   bool operator==(const PlanKey&) const = default;
 };
 
-// Per device: its compute, transfer and download timelines, and its command pools.
+// Per device: its compute, transfer and download timelines, its abort timeline, and its
+// command pools.
 struct DeviceContext {
   Device* device = nullptr;
   Timeline compute, transfer, download;
@@ -37,6 +38,9 @@ struct DeviceContext {
   // signals can come from anywhere, so tools (and readers) cannot follow it; the internal
   // timeline stays what retirement and host waits use.
   Timeline shared;
+  // Signalled (to 1) by Communicator::abort alone: every host wait on the device's work
+  // waits on it too, and ends when it is (detail::wait_or_abort).
+  Timeline abort;
   vk::CommandPool compute_pool, transfer_pool;  // equal when both queues share a family
   bool merged = false;                          // one queue does every role
   std::uint64_t submitted[role_count] = {};     // last value given to a batch, by Role

@@ -257,7 +257,7 @@ class RelayProbe {
     if (!submitted_) return true;
     const vk::Semaphore s = done_.handle();
     const auto value = static_cast<std::uint64_t>(submitted_);  // the last batch that reached the queue signals it
-    const vk::Result r = wait_all(dev_.handle(), std::span(&s, 1), std::span(&value, 1), bound);
+    const vk::Result r = tpar::wait(dev_.handle(), std::span(&s, 1), std::span(&value, 1), bound);
     if (r == vk::Result::eTimeout) return false;
     check(r, "vkWaitSemaphores (relay self-test)");
     return true;

@@ -9,7 +9,7 @@
 #include <tpar/comm/call.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/error.hpp>
-#include <tpar/detail/known_enum.hpp>
+#include <tpar/core/detail/known_enum.hpp>
 #include <tpar/vk/device_group.hpp>
 
 #include <algorithm>
