@@ -57,7 +57,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPAR_LLAMA_TE
 # but the ones that build packages or llama.cpp)
 tests=(core algo vk allreduce spans mixed behavior submission numerics relay relay_self_test stream fault trace
   dispatch_static dispatch_dynamic ggml/ggml kernels/tpar_test_kernels plan/tpar_plan_tests
-  c_api/c_api_static c_api/c_api_dynamic)
+  c_api/c_api_static c_api/c_api_dynamic c_api/c_api_threads policies)
 targets=(tpar-bench tpar-info numerics)
 [[ $mixed -eq 1 || $with_tests -eq 0 ]] || targets+=("${tests[@]##*/}")
 say "building ${targets[*]}"

@@ -448,27 +448,28 @@ case "$name" in
     [[ ${turned:-0} -gt 0 ]] || fail "tpar-turns: nothing replayed: a graph built anew is not found by its nodes"
     ;;
   server-slots)
-    # A llama-server with 16 slots (-np 16: a KV stream each) on the 32-layer model, three
-    # rounds of requests at once pinned to the even slots, then the odd ones, then all of
-    # them, short prompts and 4 to 16 tokens each (tests/llama/slots_load.py; lavapipe is a
-    # CPU: 16 prompts of 47 tokens took it 219 s at once on a loaded 2-core machine): every
-    # request answered, on one
-    # device (-sm none: no tpar, the KV runs' change alone) and through tpar. The same with
-    # a draft model (--model-draft, the dense model on the first device): a second context
-    # on the same devices beside the -sm tensor one, every request answered.
+    # A llama-server with 16 slots (-np 16: a KV stream each) on the 32-layer model, two
+    # rounds of requests at once pinned to the even slots, then the odd ones (8 runs of
+    # streams a step, where the 18-patch series aborted), short prompts and 4 to 16 tokens
+    # each (tests/llama/slots_load.py; lavapipe is a CPU: the case took 513 s with three
+    # rounds, the third all 16 slots, in a fresh-clone CI beside a build): every request
+    # answered, on one device (-sm none: no tpar, the KV runs' change alone) and through
+    # tpar. The same with a draft model (--model-draft, the dense model on the first
+    # device) beside the 8-layer one: a second context on the same devices beside the
+    # -sm tensor one, every request answered.
     [[ -x "$BIN/llama-server" ]] || fail "no llama-server in $BIN"
-    slots_serve() {  # LABEL SM DEVICES [SERVER_ARGS]
+    slots_serve() {  # LABEL MODEL SM DEVICES [SERVER_ARGS]
       local label=$1 rc=0
-      SERVER_MODEL=layers32.gguf SERVER_SM=$2 SERVER_DEVICES=$3 SERVER_ARGS=${4:-} server_up "$label" 16 8192 TPAR_WIRE=f32
-      python3 "$here/slots_load.py" --port "$server_port" --slots 16 --rounds 3 --max-predict "${SLOTS_MAX_PREDICT:-16}" --timeout 600 || rc=$?
+      SERVER_MODEL=$2 SERVER_SM=$3 SERVER_DEVICES=$4 SERVER_ARGS=${5:-} server_up "$label" 16 8192 TPAR_WIRE=f32
+      python3 "$here/slots_load.py" --port "$server_port" --slots 16 --rounds 2 --max-predict "${SLOTS_MAX_PREDICT:-16}" --timeout 600 || rc=$?
       server_down "$label"
       [[ $rc -eq 0 ]] || fail "$label: a request was not answered"
       ! grep -q "GGML_ASSERT\|Aborted" "$dir/$label-server.log" || fail "$label: the server aborted"
     }
-    slots_serve none none 0
-    slots_serve tpar tensor "$pair"
+    slots_serve none layers32.gguf none 0
+    slots_serve tpar layers32.gguf tensor "$pair"
     check_served tpar-server 2
-    slots_serve draft tensor "$pair" "--model-draft $MODELS/dense.gguf -ngld 99 -devd Vulkan0 --spec-draft-n-max 4"
+    slots_serve draft layers8.gguf tensor "$pair" "--model-draft $MODELS/dense.gguf -ngld 99 -devd Vulkan0 --spec-draft-n-max 4"
     check_served draft-server 2
     ;;
   server-mixed)
