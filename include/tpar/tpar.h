@@ -339,7 +339,9 @@ tpar_result tpar_comm_status(const tpar_comm* comm) TPAR_NOEXCEPT;
  * TPAR_ERROR_ABORTED, tpar_allreduce TPAR_ERROR_FAILED), and tpar_comm_destroy does not
  * wait out its timeout. Work already on a queue behind a ready point that never comes
  * stays there (Vulkan cannot take it back): what it uses is freed once it is done, after
- * the communicator is destroyed. Calling it again does nothing. */
+ * the communicator is destroyed. Until the point is signalled that device never idles,
+ * and a driver may wait for it at process exit (NVIDIA's does): signal the point once the
+ * host has given up on it. Calling it again does nothing. */
 tpar_result tpar_comm_abort(const tpar_comm* comm) TPAR_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------- */
