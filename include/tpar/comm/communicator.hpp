@@ -28,6 +28,7 @@
 #include <tpar/staging/host_import.hpp>
 #include <tpar/sync/concepts.hpp>
 #include <tpar/sync/proxy_bridge.hpp>
+#include <tpar/sync/schedule_split.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -372,23 +373,7 @@ class Communicator {
     }
     // One call (one queue a device, so its batches in schedule order): the rest may wait
     // where no batch of a device's rest is what another device waits on.
-    if (pending_.size() != 1) {
-      carry = false;
-    } else {
-      const Schedule& sched = pending_[0].plan->schedule;
-      for (std::size_t d = 0; d < n && carry; ++d)
-        for (const Batch& b : sched.devices[d].batches)
-          for (const BatchRef& ref : b.waits) {
-            if (ref.device == d) continue;
-            const auto& theirs = sched.devices[ref.device].batches;
-            std::uint32_t seen = 0;
-            for (std::size_t i = 0; i < theirs.size(); ++i)
-              if (theirs[i].role == ref.role && seen++ == ref.index) {
-                if (i >= leading[ref.device]) carry = false;
-                break;
-              }
-          }
-    }
+    carry = pending_.size() == 1 && peer_waits_within(pending_[0].plan->schedule, leading);
     return true;
   }
 
@@ -919,40 +904,16 @@ class Communicator {
         if (detail::binds_caller_buffer(batches[b])) plan->kernel_batches[d].push_back(static_cast<std::uint32_t>(b));
       }
     }
-    plan->per_device = splits_per_device(*plan);
-    plan->waits_on_host_only = true;
-    for (std::size_t d = 0; d < size(); ++d)
-      for (const Batch& b : plan->schedule.devices[d].batches)
-        for (const BatchRef& ref : b.waits) plan->waits_on_host_only &= ref.device == d;
+    // The relay's thread serves a call once all of it is on the queues: never split.
+    plan->per_device = !is_relay(*plan) && on_compute_queues(*plan) && splits_per_device(plan->schedule);
+    plan->waits_on_host_only = waits_on_host_only(plan->schedule);
     return plan;
   }
 
-  // Plan::per_device for a plan just made.
-  bool splits_per_device(const PlanType& plan) const {
-    const std::size_t n = size();
-    if (is_relay(plan)) return false;  // the relay's thread serves a call once all of it is on the queues
-    const auto& devs = plan.schedule.devices;
-    std::vector<std::size_t> leading(n, 0);
-    for (std::size_t d = 0; d < n; ++d) {
-      if (!devs[d].batches.empty() && plan.sole_queue[d] != &group_[d].compute_queue()) return false;
-      const auto& batches = devs[d].batches;
-      auto waits_on_peer = [&](const Batch& b) {
-        return b.wait_relay || std::any_of(b.waits.begin(), b.waits.end(), [&](const BatchRef& r) { return r.device != d; });
-      };
-      while (leading[d] < batches.size() && !waits_on_peer(batches[leading[d]])) ++leading[d];
-    }
-    for (std::size_t d = 0; d < n; ++d)
-      for (const Batch& b : devs[d].batches)
-        for (const BatchRef& ref : b.waits) {
-          if (ref.device == d) continue;
-          const auto& theirs = devs[ref.device].batches;
-          std::uint32_t seen = 0;
-          for (std::size_t i = 0; i < theirs.size(); ++i)
-            if (theirs[i].role == ref.role && seen++ == ref.index) {
-              if (i >= leading[ref.device]) return false;
-              break;
-            }
-        }
+  // Whether every batch of `plan` runs on its device's compute queue.
+  bool on_compute_queues(const PlanType& plan) const {
+    for (std::size_t d = 0; d < size(); ++d)
+      if (!plan.schedule.devices[d].batches.empty() && plan.sole_queue[d] != &group_[d].compute_queue()) return false;
     return true;
   }
 
