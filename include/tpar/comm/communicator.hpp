@@ -23,6 +23,7 @@
 #include <tpar/comm/detail/relay_self_test.hpp>
 #include <tpar/comm/detail/remains.hpp>
 #include <tpar/comm/detail/ride_sites.hpp>
+#include <tpar/comm/detail/stream_port.hpp>
 #include <tpar/comm/detail/validate.hpp>
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
@@ -44,6 +45,9 @@ namespace tpar::inline v0 {
 
 template <CrossDeviceSync Sync, Algorithm Algo = BySize, StagingPolicy Staging = HostImport>
 class Communicator {
+  template <class>
+  friend class detail::CommunicatorPort;
+
  public:
   using Generation = typename Staging::Generation;
   using PlanType = detail::Plan<Generation>;
@@ -318,176 +322,15 @@ class Communicator {
     deferral_->submitted_calls.store(calls_, std::memory_order_release);
   }
 
-  // The communicator's lock, for a caller that makes several of its calls as one (what
-  // tpar::StreamAllreduce does for each AllReduce): a ticket's wait on another thread
-  // (which may submit deferred calls) waits for it.
-  std::unique_lock<detail::CallLock> exclusive() const { return use(); }
-
   // Calls deferred and not yet submitted.
   std::size_t deferred() const {
     const auto lock = use();
     return pending_.size();
   }
 
-  // Hands the deferred calls to the host's own submissions instead of submitting them
-  // (what tpar::Stream does at each AllReduce). Possible where every batch of every
-  // pending call runs on its device's compute queue (OneShot and the relay; not
-  // ChunkedRing's copies on a device with a transfer queue): then `out[d]` gets device
-  // d's batches, in order, `leading[d]` how many of them come before the first that
-  // waits on another device (or the relay's host thread), and true is returned. The host
-  // must then submit, on every device's compute queue, ahead of anything it submits there
-  // later, first the leading batches of every device (so no queue waits on a signal not
-  // yet submitted), then the rest; and call handed() once every device's leading part
-  // reached its queue. `carry` says whether the rest may wait for the host's next
-  // submission on its device: true where no device waits on another's rest (OneShot's
-  // sum, the relay's collect), so that holding one device's rest back cannot hold up
-  // another; false (ChunkedRing's steps wait on each other's) means every device's rest
-  // goes out at once, after every device's leading part. Otherwise false, and nothing
-  // changes (flush() submits them).
-  bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) {
-    const auto lock = use();
-    const std::size_t n = size();
-    out.resize(n);
-    leading.assign(n, 0);
-    carry = true;
-    for (auto& l : out) l.clear();
-    if (pending_.empty()) return true;
-    for (const auto& p : pending_)
-      for (std::size_t d = 0; d < n; ++d)
-        for (const auto& g : p.plan->submits[d][p.parity].groups)
-          if (&ctx_[d].queue(g.role) != &group_[d].compute_queue()) return false;
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& c = ctx_[d];
-      const vk::Semaphore own[] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
-      bool waiting = false;
-      for (const auto& p : pending_)
-        for (const auto& g : p.plan->submits[d][p.parity].groups) {
-          out[d].append(g.infos);
-          for (const auto& info : g.infos) {
-            // A wait on the device's own timelines is on a value already submitted.
-            for (std::uint32_t k = 0; k < info.waitSemaphoreCount && !waiting; ++k)
-              waiting = std::find(std::begin(own), std::end(own), info.pWaitSemaphores[k]) == std::end(own);
-            if (!waiting) ++leading[d];
-          }
-        }
-    }
-    // One call (one queue a device, so its batches in schedule order): the rest may wait
-    // where no batch of a device's rest is what another device waits on.
-    carry = pending_.size() == 1 && peer_waits_within(pending_[0].plan->schedule, leading);
-    return true;
-  }
-
-  // Whether no batch of the deferred calls waits on another device's batch: only on its
-  // own device's work or on the relay's host thread (OneShot's sum waits on its peers; the
-  // relay does not). Such calls may be held back on every device and submitted together
-  // later (tpar::StreamAllreduce, Options::stream_hold): no queue then waits on a
-  // submission of another's that is not yet made.
-  bool pending_waits_on_host_only() const {
-    const auto lock = use();
-    return !pending_.empty() &&
-           std::all_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.plan->waits_on_host_only; });
-  }
-
-  // The batches take_pending() handed out: `reached[d]` of device d's reached its queue
-  // (every device's leading part at least, where `ok`; what is missing the host holds, to
-  // submit with its next work). `ok` false: a submission failed, and the communicator
-  // fails: what reached a queue is released (as after a failed flush), and the host must
-  // drop the rest.
-  void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) {
-    const auto lock = use();
-    if (pending_.empty()) return;
-    const std::size_t n = size();
-    if (!ok) {
-      for (auto& f : flushed_) f.clear();
-      for (std::size_t d = 0; d < n; ++d) flushed_[d].push_back({out[d].infos(false), d < reached.size() ? reached[d] : 0});
-      health_->fail(Error(ErrorCode::failed, "the host's submission carrying tpar's batches failed"));
-      drop_pending();
-      return;
-    }
-    pending_on_queues();
-    for (auto& c : ctx_) std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
-    // Where the host still holds batches of these calls, a ticket's wait must have them
-    // submitted first (flush() runs the host's hook): they count as submitted only then.
-    bool all_out = true;
-    for (std::size_t d = 0; d < n; ++d) all_out &= d < reached.size() && reached[d] == out[d].size();
-    if (all_out) deferral_->submitted_calls.store(calls_, std::memory_order_release);
-  }
-
-
-  // Riding (docs/design/relay-ride.md): device d's part of the last call recorded into a
-  // command buffer of the host's instead of tpar's own, for tpar::StreamAllreduce.
-  //
-  // Whether it can ride: a relay call whose kernels wait for the sum on the GPU (one
-  // compute batch of one kernel on the device), Options::relay_ride on, no profiling.
-  bool last_call_rides(std::size_t d) const {
-    const auto lock = use();
-    if (!options_.relay_ride || options_.profile || !relay_ || !relay_->sites() || !last_plan_ || !is_relay(*last_plan_) ||
-        d >= size())
-      return false;
-    const auto& batches = last_plan_->schedule.devices[d].batches;
-    return batches.size() == 1 && batches[0].commands.size() == 1 && batches[0].commands[0].type == Command::Type::kernel &&
-           !batches[0].wait_relay;
-  }
-  // Records device d's part of the last call (last_call_rides(d)) into `cb`: its kernel
-  // between two barriers (`ordered`: the first left out, as the host vouches that nothing
-  // before needs it: detail::record_ride_commands). `keep`: the host submits `cb` again
-  // for later calls, so the kernel is recorded as a site (its id returned, for bind_site() before each later
-  // submission, forget_site() once the host frees `cb`); nullopt, with nothing recorded,
-  // where every site is in use. Otherwise (0) the call's own descriptor set is bound, and
-  // `cb` must be submitted once, before the next call.
-  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false,
-                                           const RideBeside& beside = {}) {
-    const auto lock = use();
-    const detail::RideCall call = ride_call(d);
-    if (!keep) {
-      detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups, ordered,
-                                   beside);
-      return 0;
-    }
-    const std::uint64_t id = sites(d).make(cb, call, ordered, beside);
-    if (!id) return std::nullopt;
-    return id;
-  }
-  // Site `id` of device d to serve device d's part of the last call (last_call_rides(d))
-  // in a command buffer the host submits again. False (nothing changed) where it cannot:
-  // not a site of this communicator's device d, made for another buffer, size or mode, or
-  // its previous call not yet done on the device (never blocks).
-  bool bind_site(std::size_t d, std::uint64_t id) {
-    const auto lock = use();
-    if (!ride_sites_.size() || !ride_sites_[d]) return false;
-    return ride_sites_[d]->bind(id, ride_call(d));
-  }
-  // The host freed the command buffers that held site `id` of device d.
-  void forget_site(std::size_t d, std::uint64_t id) {
-    const auto lock = use();
-    if (d < ride_sites_.size() && ride_sites_[d]) ride_sites_[d]->forget(id);
-  }
-  // Sites in use on device d.
-  std::size_t sites_in_use(std::size_t d) const {
-    const auto lock = use();
-    return d < ride_sites_.size() && ride_sites_[d] ? ride_sites_[d]->in_use() : 0;
-  }
-
-  // Whether a call of `count` values (`contributing`: as AllreduceArgs::contributes) runs
-  // so that each device's part of it can be handed to a thread of its own
-  // (StreamAllreduce::allreduce_split): every batch on the devices' compute queues, and no device
-  // waiting on what a peer submits after its own first wait (OneShot; not the ring's
-  // steps, nor the relay). Chooses (and makes) the plan the call would take; enqueues
-  // nothing.
-  bool per_device(std::size_t count, std::uint32_t contributing = ~0u) {
-    const auto lock = use();
-    if (count == 0) return true;
-    const ScheduleRequest rq = schedule_request(count, std::nullopt, contributing);
-    return plan_for(rq).per_device;
-  }
-
-  // What runs before tpar submits deferred calls itself or waits on the host for its own
-  // work (a ticket's wait, a slot set still in use, destruction): tpar::Stream submits
-  // what it holds of earlier calls, so that nothing tpar waits for is still in its hands.
-  void set_before_wait(std::function<void()> f) {
-    const auto lock = use();
-    before_wait_ = std::move(f);
-  }
+  // What tpar::StreamAllreduce asks of the communicator (detail::StreamPort): a host
+  // uses StreamAllreduce rather than this.
+  detail::StreamPort& port() { return port_; }
 
   // The request a call of `count` values (wire override, contributing mask) schedules:
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
@@ -603,7 +446,7 @@ class Communicator {
   std::unique_ptr<Held> take_held() {
     health_->set_hook({});  // tickets may outlive the relay
     health_->set_verify({});
-    ride_sites_.clear();
+    port_.drop_sites();
     if (relay_) relay_->stop();
     auto held = std::make_unique<Held>(group_);
     held->ctx = std::move(ctx_);
@@ -663,31 +506,6 @@ class Communicator {
   // grown the staging to a few large sets, decode's relay calls still have all of theirs.
   std::uint32_t slot_sets(const PlanType& plan) const {
     return is_relay(plan) ? options_.max_slot_sets() : plan.generation->depth();
-  }
-
-  detail::RideCall ride_call(std::size_t d) const {
-    if (!last_call_rides(d)) throw Error(ErrorCode::invalid_argument, "the last call cannot ride in a host's command buffer");
-    const PlanType& plan = *last_plan_;
-    const Command& cmd = plan.schedule.devices[d].batches[0].commands[0];
-    Device& dev = group_[d];
-    detail::RideCall call;
-    call.pipeline = dev.kernels().pipeline(cmd.kernel, plan.schedule.wire);
-    call.set = plan.descriptor_sets[d][last_parity_];
-    call.args = cmd.args;
-    call.groups = kernel_groups(cmd.kernel, cmd.args.count, dev.capabilities().max_workgroups_x);
-    call.span = last_spans_[d];
-    call.slot_set = last_parity_;
-    call.done = plan.submits[d][last_parity_].signal_values[0];
-    return call;
-  }
-
-  detail::RideSites& sites(std::size_t d) {
-    if (ride_sites_.empty()) ride_sites_.resize(size());
-    if (!ride_sites_[d])
-      ride_sites_[d] = std::make_unique<detail::RideSites>(group_[d], *relay_, d, [this, d](std::uint64_t value) {
-        return reached_now(d, Role::compute, value);
-      });
-    return *ride_sites_[d];
   }
 
   // The relay's host side, made with its first call. Where the automatic choice took the
@@ -1417,9 +1235,9 @@ class Communicator {
   PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())
   std::uint32_t last_parity_ = 0;
   std::vector<BufferSpan> last_spans_;                         // the last call's spans (for a ride)
-  std::vector<std::unique_ptr<detail::RideSites>> ride_sites_;  // by device, made by the first site
   std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
   std::atomic<bool> aborted_{false};   // abort() was called (from any thread)
+  detail::CommunicatorPort<Communicator> port_{*this};
 };
 
 // The relay's self-test on `group`, as a communicator with `options` and the relay asked
