@@ -15,6 +15,7 @@
 #include <tpar/core/options.hpp>
 #include <tpar/comm/detail/batch_list.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
+#include <tpar/comm/detail/diagnostics.hpp>
 #include <tpar/comm/detail/merged_batches.hpp>
 #include <tpar/comm/detail/plan_cache.hpp>
 #include <tpar/comm/detail/policy_options.hpp>
@@ -803,10 +804,7 @@ class Communicator {
       if (end.aborted) throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
       const vk::Result r = end.result;
       if (r != vk::Result::eSuccess) {
-        const Error e(r == vk::Result::eTimeout ? ErrorCode::timeout : detail::code_for(r),
-                      "device " + std::to_string(d) + " did not finish " + what + " within the timeout (" + vk::to_string(r) +
-                          "): " + progress(),
-                      r);
+        const Error e = detail::not_finished(d, what, r, progress());
         health_->fail(e);
         sync_->release_waiters();
         if (relay_) relay_->abort();
@@ -1047,101 +1045,8 @@ class Communicator {
     }
   }
 
-  // Each device's timelines against what was submitted, and the sync policy's state:
-  // what a person needs to see where a stall is.
-  std::string progress() const {
-    std::string out;
-    for (std::size_t d = 0; d < ctx_.size(); ++d) {
-      const auto& c = ctx_[d];
-      std::uint64_t v[role_count] = {};
-      for (std::size_t r = 0; r < role_count; ++r)
-        (void)c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v[r]);
-      out += (d ? "; device " : "device ") + std::to_string(d) + " compute " + std::to_string(v[0]) + "/" +
-             std::to_string(c.submitted[0]) + " uploads " + std::to_string(v[1]) + "/" + std::to_string(c.submitted[1]);
-      if (c.submitted[2]) out += " downloads " + std::to_string(v[2]) + "/" + std::to_string(c.submitted[2]);
-    }
-    if constexpr (requires(const Sync& s) { s.describe(); }) out += sync_->describe();
-    out += pending_batches();
-    return out;
-  }
-
-  // For each device and queue, the first submitted batch not yet signalled and what it
-  // waits for: each semaphore's value needed against where it stands now.
-  std::string pending_batches() const {
-    const std::size_t n = ctx_.size();
-    std::string out;
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& c = ctx_[d];
-      const vk::Device vkd = c.device->handle();
-      auto value_of = [&](vk::Semaphore s) {
-        std::uint64_t v = 0;
-        (void)vkd.getSemaphoreCounterValue(s, &v);
-        return v;
-      };
-      auto name_of = [&](vk::Semaphore s) -> std::string {
-        if (s == c.compute.handle()) return "compute";
-        if (s == c.transfer.handle()) return "uploads";
-        if (s == c.download.handle()) return "downloads";
-        for (std::size_t j = 0; j < n; ++j)
-          if (j != d && s == sync_->wait_semaphore(static_cast<std::uint32_t>(d), static_cast<std::uint32_t>(j))) {
-            std::string peer = "device ";
-            peer += std::to_string(j);
-            peer += "'s uploads";
-            return peer;
-          }
-        return "a ready point";
-      };
-      for (std::size_t r = 0; r < role_count; ++r) {
-        const vk::Semaphore own = c.timeline(static_cast<Role>(r)).handle();
-        const std::uint64_t now = value_of(own);
-        const vk::SubmitInfo* first = nullptr;
-        const vk::TimelineSemaphoreSubmitInfo* first_ti = nullptr;
-        std::uint64_t first_value = ~std::uint64_t{0};
-        auto scan = [&](const PlanType& plan) {
-          if (d >= plan.submits.size()) return;
-          for (const auto& sub : plan.submits[d])
-            for (const auto& g : sub.groups)
-              for (std::size_t k = 0; k < g.infos.size(); ++k) {
-                const auto& info = g.infos[k];
-                const auto& ti = g.timeline_infos[k];
-                if (!info.signalSemaphoreCount || info.pSignalSemaphores[0] != own) continue;
-                const std::uint64_t v = ti.pSignalSemaphoreValues[0];
-                if (v > now && v <= c.submitted[r] && v < first_value) {
-                  first_value = v;
-                  first = &info;
-                  first_ti = &ti;
-                }
-              }
-        };
-        cache_.for_each_plan(scan);
-        if (!first) continue;
-        out += "; device ";
-        out += std::to_string(d);
-        out += r == 0 ? " compute" : r == 1 ? " uploads" : " downloads";
-        out += " batch ";
-        out += std::to_string(first_value);
-        out += " waits:";
-        for (std::uint32_t w = 0; w < first->waitSemaphoreCount; ++w) {
-          out += ' ';
-          out += name_of(first->pWaitSemaphores[w]);
-          out += ' ';
-          out += std::to_string(first_ti->pWaitSemaphoreValues[w]);
-          out += " (at ";
-          out += std::to_string(value_of(first->pWaitSemaphores[w]));
-          out += ')';
-        }
-      }
-    }
-    return out;
-  }
-
-  std::vector<std::uint64_t> submitted_values() const {
-    const std::size_t n = size();
-    std::vector<std::uint64_t> v(role_count * n);
-    for (std::size_t d = 0; d < n; ++d)
-      for (std::size_t r = 0; r < role_count; ++r) v[r * n + d] = ctx_[d].submitted[r];
-    return v;
-  }
+  std::string progress() const { return detail::progress(ctx_, *sync_, cache_); }
+  std::vector<std::uint64_t> submitted_values() const { return detail::submitted_values(ctx_); }
 
   // Waits up to `timeout` for everything submitted to finish.
   bool drain(std::chrono::nanoseconds timeout) {
