@@ -15,6 +15,7 @@
 #include <tpar/core/options.hpp>
 #include <tpar/comm/detail/batch_list.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
+#include <tpar/comm/detail/comm_relay.hpp>
 #include <tpar/comm/detail/diagnostics.hpp>
 #include <tpar/comm/detail/merged_batches.hpp>
 #include <tpar/comm/detail/plan_cache.hpp>
@@ -76,12 +77,12 @@ class Communicator {
       throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options_.max_pieces) + " is out of range: " + up_to);
     if (options_.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
     const std::size_t n = group_.size();
-    relay_setup_ = detail::RelaySetup::check(group_, options_);
+    relay_.set_up(group_, options_);
     if (n > 1) Staging::check_support(group_);
     if constexpr (requires { Sync::check_support(group_); }) Sync::check_support(group_);  // before anything is made for it
     try {
       init(n);
-      test_relay();
+      relay_.test(group_);
     } catch (...) {
       release_all();
       throw;
@@ -127,7 +128,7 @@ class Communicator {
       } catch (...) {
       }
       sync_->release_waiters();
-      if (relay_) relay_->abort();
+      relay_.abort();
     }
     if (!aborted && drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
       release_all();
@@ -193,16 +194,16 @@ class Communicator {
 
   // What the relay's self-test found at creation (ran is false where the relay is
   // neither chosen automatically nor asked for); docs/relay.md, "The self-test".
-  const RelaySelfTest& relay_self_test() const { return relay_test_; }
+  const RelaySelfTest& relay_self_test() const { return relay_.self_test(); }
   // Whether calls through a tpar::StreamAllreduce may take the relay by themselves: the
   // gate allows it (RelayGate::automatic), its self-test passed, its memory was made.
-  bool relay_automatic() const { return relay_setup_.gate.automatic && !relay_setup_.off; }
+  bool relay_automatic() const { return relay_.automatic(); }
 
   // The relay's host threads: calls served, CPU time (tpar-bench reports it per call).
   RelayStats relay_stats() const {
     const auto lock = use();
-    if (!relay_) return {};
-    return relay_->stats();
+    if (!relay_.hub()) return {};
+    return relay_.hub()->stats();
   }
 
   // Staging generations and plans built so far, and the host time they took.
@@ -277,7 +278,7 @@ class Communicator {
         detail::record_device(
             plan, d, parity, ctx_, options_.profile,
             [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); },
-            relay_ ? relay_->release(d) : vk::Semaphore{});
+            relay_.hub() ? relay_.hub()->release(d) : vk::Semaphore{});
       } else if (!group_[d].kernels().update_after_bind()) {
         for (const std::uint32_t b : plan.kernel_batches[d]) detail::record_batch(plan, d, parity, b, ctx_);
       }
@@ -286,7 +287,7 @@ class Communicator {
     last_plan_ = &plan;
     last_parity_ = parity;
     last_spans_.assign(spans.begin(), spans.end());
-    const std::uint64_t relay_call = is_relay(plan) ? relay_->record(parity, count, rq.contributing) : 0;
+    const std::uint64_t relay_call = is_relay(plan) ? relay_.hub()->record(parity, count, rq.contributing) : 0;
     return submit(plan, parity, args, relay_call);
   }
 
@@ -356,7 +357,7 @@ class Communicator {
     rq.separate_downloads = options_.downloads == DownloadQueue::separate;
     rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
     rq.oneshot_max_bytes = options_.oneshot_max_bytes;
-    relay_setup_.fill(rq, options_);
+    relay_.fill(rq, options_);
     // The relay wins automatically only where its calls ride in the host's submissions
     // (tpar::StreamAllreduce, which holds them together); called one at a time, each in a
     // submission of its own, it was slower than OneShot (docs/design/relay-two-gpus.md).
@@ -440,7 +441,7 @@ class Communicator {
   void drop_deferred() {
     if (pending_.empty()) return;
     pending_.clear();
-    if (relay_) relay_->abort();
+    relay_.abort();
   }
 
   // What the communicator holds, moved out of it (the hooks that point into it cleared).
@@ -448,12 +449,12 @@ class Communicator {
     health_->set_hook({});  // tickets may outlive the relay
     health_->set_verify({});
     port_.drop_sites();
-    if (relay_) relay_->stop();
+    if (relay_.hub()) relay_.hub()->stop();
     auto held = std::make_unique<Held>(group_);
     held->ctx = std::move(ctx_);
     held->sync = std::move(sync_);
-    held->relay = std::move(relay_);
-    held->relay_leftovers = std::move(relay_leftovers_);
+    held->relay = relay_.take_hub();
+    held->relay_leftovers = relay_.take_leftovers();
     held->cache = std::move(cache_);
     cache_ = {};
     held->fences = std::move(unsettled_);
@@ -509,57 +510,6 @@ class Communicator {
     return is_relay(plan) ? options_.max_slot_sets() : plan.generation->depth();
   }
 
-  // The relay's host side, made with its first call. Where the automatic choice took the
-  // relay and it cannot be made (its memory), calls go on without it; asked for, the
-  // call fails with nothing enqueued.
-  bool ensure_relay(std::size_t count) {
-    if (count * sizeof(float) > options_.relay_max_bytes)
-      throw Error(ErrorCode::invalid_argument, "the relay takes calls up to relay_max_bytes (" +
-                                                   std::to_string(options_.relay_max_bytes) + " bytes); this one has " +
-                                                   std::to_string(count * sizeof(float)));
-    if (relay_) return true;
-    try {
-      relay_ = std::make_unique<detail::RelayHub>(group_, relay_setup_.config, [h = health_](const Error& e) { h->fail(e); });
-      // A failure anywhere (a ticket's timeout, a lost device) ends the relay's calls at
-      // once: no kernel waits on, and no late sum reaches a buffer after the error.
-      health_->set_hook([hub = relay_.get()] { hub->abort(); });
-      // A host wait returns a relay call as done only where no kernel gave up on its sum.
-      health_->set_verify([hub = relay_.get()] { hub->verify(); });
-    } catch (const Error& e) {
-      if (relay_setup_.asked) throw;
-      log(LogLevel::warning, std::string("the relay is unavailable (") + e.what() + "); small calls take OneShot");
-      relay_setup_.off = true;
-      return false;
-    }
-    return true;
-  }
-
-  // The relay's self-test, where the relay may be used at all (chosen automatically or
-  // asked for). Failed, the automatic choice keeps to OneShot (logged at info: which
-  // device, its driver, what was not seen); asked for, the communicator is refused with
-  // the reason, as TPAR_SYNC=native is where NativeImport's fails.
-  void test_relay() {
-    if (!relay_setup_.needs_test()) return;
-    try {
-      relay_test_ = detail::relay_self_test(group_, detail::relay_self_test_plan(relay_setup_), relay_leftovers_);
-    } catch (const Error& e) {
-      if (relay_setup_.asked) throw;
-      relay_test_ = {};
-      relay_test_.ran = true;
-      relay_test_.reason = std::string("the relay's self-test could not run (") + e.what() + ")";
-      relay_setup_.off = true;
-      log(LogLevel::warning, relay_test_.reason + "; calls that would take the relay take OneShot");
-      return;
-    }
-    if (relay_test_.passed) return;
-    if (relay_setup_.asked)
-      throw detail::RelayRefusal(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + relay_test_.reason);
-    relay_setup_.off = true;
-    log(LogLevel::info, relay_test_.reason + "; calls that would take the relay take OneShot" +
-                            (relay_test_.conclusive ? std::string(" (TPAR_ALGO=relay is refused on these devices)")
-                                                    : std::string(" for this communicator (not a verdict: the next one tests again)")));
-  }
-
   static constexpr bool exportable_sources() {
     if constexpr (requires { Sync::exports_sources; }) return Sync::exports_sources;
     else return false;
@@ -589,7 +539,7 @@ class Communicator {
     std::optional<Schedule> built;
     if (!found) {
       built = Algo::build(rq);
-      if (takes_relay(*built) && !ensure_relay(rq.count)) {
+      if (takes_relay(*built) && !relay_.ensure(group_, rq.count, options_, health_)) {
         ScheduleRequest without = rq;
         without.relay_automatic = false;
         built = Algo::build(without);
@@ -681,10 +631,10 @@ class Communicator {
         const bool reads_peers = traffic.from_host > 0;
         for (std::uint32_t parity = 0; parity < depth; ++parity) {
           const vk::DescriptorBufferInfo host =
-              relay       ? relay_->publish(d, parity)
+              relay       ? relay_.hub()->publish(d, parity)
               : publishes ? vk::DescriptorBufferInfo(generation->host_buffer(d, d), generation->slot_offset(parity), host_range)
                           : scratch;
-          const vk::DescriptorBufferInfo second = relay ? relay_->slot(d, parity) : scratch;
+          const vk::DescriptorBufferInfo second = relay ? relay_.hub()->slot(d, parity) : scratch;
           // Binding 3: the peers' host staging for this parity, for kernels that read it in
           // place (OneShot's direct sum); the scratch stands in for every other entry.
           std::array<vk::DescriptorBufferInfo, max_direct_peers> peers;
@@ -807,7 +757,7 @@ class Communicator {
         const Error e = detail::not_finished(d, what, r, progress());
         health_->fail(e);
         sync_->release_waiters();
-        if (relay_) relay_->abort();
+        relay_.abort();
         throw e;
       }
       for (std::size_t k = 0; k < role_count; ++k) c.completed[k] = std::max(c.completed[k], need[k * n + d]);
@@ -948,7 +898,7 @@ class Communicator {
           sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
     std::uint64_t relay_calls = 0;
     for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
-    if (relay_calls) relay_->submitted(relay_calls);
+    if (relay_calls) relay_.hub()->submitted(relay_calls);
     pending_.clear();
   }
 
@@ -956,7 +906,7 @@ class Communicator {
   void drop_pending() {
     abandon_pending();
     pending_.clear();
-    if (relay_) relay_->abort();
+    relay_.abort();
   }
 
   // After a vkQueueSubmit failed part-way through flush(): the batches that reached a
@@ -1128,10 +1078,7 @@ class Communicator {
   std::vector<detail::DeviceContext> ctx_;
   std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;
-  detail::RelaySetup relay_setup_;
-  std::unique_ptr<detail::RelayHub> relay_;  // made by the first relay call
-  RelaySelfTest relay_test_;
-  std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers_;  // self-test kernels still running
+  detail::CommRelay relay_;  // its setup and self-test; its host side, made by the first relay call
   bool last_was_relay_ = false;               // whether the last call took the relay
   detail::PlanCache<Generation> cache_;  // plans, the staging generation, its capacities
   std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]

@@ -192,7 +192,7 @@ class CommunicatorPort final : public StreamPort {
   bool last_call_rides(std::size_t d) const override {
     const auto lock = comm_.use();
     const auto& o = comm_.options_;
-    if (!o.relay_ride || o.profile || !comm_.relay_ || !comm_.relay_->sites() || !comm_.last_plan_ ||
+    if (!o.relay_ride || o.profile || !comm_.relay_.hub() || !comm_.relay_.hub()->sites() || !comm_.last_plan_ ||
         !comm_.is_relay(*comm_.last_plan_) || d >= comm_.size())
       return false;
     const auto& batches = comm_.last_plan_->schedule.devices[d].batches;
@@ -266,7 +266,7 @@ class CommunicatorPort final : public StreamPort {
   RideSites& sites(std::size_t d) {
     if (sites_.empty()) sites_.resize(comm_.size());
     if (!sites_[d])
-      sites_[d] = std::make_unique<RideSites>(comm_.group_[d], *comm_.relay_, d, [this, d](std::uint64_t value) {
+      sites_[d] = std::make_unique<RideSites>(comm_.group_[d], *comm_.relay_.hub(), d, [this, d](std::uint64_t value) {
         return comm_.reached_now(d, Role::compute, value);
       });
     return *sites_[d];
