@@ -26,6 +26,7 @@
 #include <tpar/comm/detail/remains.hpp>
 #include <tpar/comm/detail/ride_sites.hpp>
 #include <tpar/comm/detail/stream_port.hpp>
+#include <tpar/comm/detail/submitter.hpp>
 #include <tpar/comm/detail/validate.hpp>
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
@@ -81,7 +82,7 @@ class Communicator {
     if (n > 1) Staging::check_support(group_);
     if constexpr (requires { Sync::check_support(group_); }) Sync::check_support(group_);  // before anything is made for it
     try {
-      init(n);
+      init();
       relay_.test(group_);
     } catch (...) {
       release_all();
@@ -97,11 +98,11 @@ class Communicator {
   // kept, and logged, rather than freed under the GPU, and freed once that work is done
   // (detail::remains()). After abort(), it does not wait out the timeout.
   ~Communicator() {
-    const bool aborted = aborted_.load(std::memory_order_acquire);
+    const bool aborted = submitter_.aborted();
     {
       const auto lock = use();
       if (aborted) {
-        drop_deferred();  // never submitted: nothing of theirs is on a queue
+        submitter_.drop_deferred();  // never submitted: nothing of theirs is on a queue
       } else {
         // Deferred work still runs: GPU submissions of the host may wait on its done points.
         try {
@@ -115,22 +116,22 @@ class Communicator {
     // After an abort, what is not held on a queue by a point that never comes finishes
     // at once (its waiters were released); the rest is left to the remains.
     const auto first = aborted ? std::chrono::nanoseconds(std::chrono::milliseconds(200)) : options_.timeout;
-    const bool drained = drain(first);
-    if (drained && settle(first)) {
+    const bool drained = submitter_.drain(first);
+    if (drained && submitter_.settle(first)) {
       release_all();
       detail::remains().reap();
       return;
     }
     if (!drained && !aborted) {
       try {
-        log(LogLevel::error, "communicator destroyed while its work did not finish within the timeout (" + progress() +
+        log(LogLevel::error, "communicator destroyed while its work did not finish within the timeout (" + submitter_.progress() +
                                  "): its cross-device waits are released, so the buffers of the calls in flight hold undefined values");
       } catch (...) {
       }
       sync_->release_waiters();
       relay_.abort();
     }
-    if (!aborted && drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
+    if (!aborted && submitter_.drain(std::chrono::seconds(1)) && submitter_.settle(std::chrono::seconds(1))) {
       release_all();
       return;
     }
@@ -166,12 +167,7 @@ class Communicator {
       health_->fail(Error(ErrorCode::aborted, "the communicator was aborted (Communicator::abort): its calls end unfinished"));
     } catch (...) {
     }
-    if (aborted_.exchange(true, std::memory_order_acq_rel)) return;
-    for (auto& c : ctx_) {
-      if (!c.abort.handle()) continue;
-      const vk::SemaphoreSignalInfo info(c.abort.handle(), 1);
-      (void)c.device->handle().signalSemaphore(&info);
-    }
+    if (!submitter_.abort()) return;  // aborted before
     try {
       if (sync_) sync_->release_waiters();
     } catch (...) {
@@ -221,7 +217,7 @@ class Communicator {
     out.devices.resize(size());
     if (!last_plan_) return out;
     flush();
-    if (!drain(options_.timeout)) throw Error(ErrorCode::timeout, "profile(): the last call did not finish within the timeout");
+    if (!submitter_.drain(options_.timeout)) throw Error(ErrorCode::timeout, "profile(): the last call did not finish within the timeout");
     return detail::read_profile(group_, *last_plan_, last_parity_);
   }
 
@@ -239,11 +235,11 @@ class Communicator {
     const bool host_peers = options_.relay_host_peers && count * sizeof(float) <= options_.relay_max_bytes;
     if (count == 0 || (n == 1 && (mask & 1u) && !host_peers)) {
       last_call_ = {"none", args.wire.value_or(options_.wire_for(count * sizeof(float)))};
-      return noop_ticket(args);
+      return submitter_.noop_ticket(args);
     }
 
     const ScheduleRequest rq = schedule_request(count, args.wire, mask);
-    cache_.free_finished(ctx_);
+    cache_.free_finished(submitter_.ctx());
     PlanType& plan = plan_for(rq);
     if (args.ready_on_compute_queue)
       for (std::size_t d = 0; d < n; ++d)
@@ -258,14 +254,14 @@ class Communicator {
     // H100s, 2026-11-26, docs/relay.md "Calls in flight beside the relay"); relay calls
     // alone, or one call at a time, ran clean.
     const bool relay_call_now = is_relay(plan);
-    if (calls_ > 0 && relay_call_now != last_was_relay_) {
+    if (submitter_.calls() > 0 && relay_call_now != last_was_relay_) {
       auto span = Trace::instance().span("tpar relay switch wait");
-      wait_values(submitted_values(), relay_call_now ? "the calls before a relay call" : "the relay call before this one");
+      submitter_.wait_values(submitter_.submitted_values(), relay_call_now ? "the calls before a relay call" : "the relay call before this one");
     }
     last_was_relay_ = relay_call_now;
     const std::uint32_t depth = slot_sets(plan);
-    const auto parity = static_cast<std::uint32_t>(calls_ % depth);
-    wait_for_slot_set(parity, depth);
+    const auto parity = static_cast<std::uint32_t>(submitter_.calls() % depth);
+    submitter_.wait_for_slot_set(parity, depth);
     for (std::size_t d = 0; d < n; ++d) {
       // The call's buffer into the parity's set, then (re)record what that needs: the
       // descriptor update comes first, as without update-after-bind it invalidates the
@@ -276,11 +272,11 @@ class Communicator {
       auto& sub = plan.submits[d][parity];
       if (!sub.recorded) {
         detail::record_device(
-            plan, d, parity, ctx_, options_.profile,
+            plan, d, parity, submitter_.ctx(), options_.profile,
             [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); },
             relay_.hub() ? relay_.hub()->release(d) : vk::Semaphore{});
       } else if (!group_[d].kernels().update_after_bind()) {
-        for (const std::uint32_t b : plan.kernel_batches[d]) detail::record_batch(plan, d, parity, b, ctx_);
+        for (const std::uint32_t b : plan.kernel_batches[d]) detail::record_batch(plan, d, parity, b, submitter_.ctx());
       }
     }
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
@@ -288,7 +284,7 @@ class Communicator {
     last_parity_ = parity;
     last_spans_.assign(spans.begin(), spans.end());
     const std::uint64_t relay_call = is_relay(plan) ? relay_.hub()->record(parity, count, rq.contributing) : 0;
-    return submit(plan, parity, args, relay_call);
+    return submitter_.submit(plan, parity, args, relay_call);
   }
 
   Ticket allreduce(std::initializer_list<BufferSpan> spans, const AllreduceArgs& args = {}) {
@@ -300,34 +296,13 @@ class Communicator {
   // dropped instead, and the abort is thrown.
   void flush() {
     const auto lock = use();
-    if (aborted_.load(std::memory_order_acquire) && !pending_.empty()) {
-      drop_deferred();
-      throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
-    }
-    if (before_wait_) {
-      before_wait_();  // what the host held of handed calls is on the queues now
-      if (pending_.empty()) deferral_->submitted_calls.store(calls_, std::memory_order_release);
-    }
-    if (pending_.empty()) return;
-    const std::size_t n = size();
-    // Every device's share in one piece: another communicator of the group must not put
-    // its batches between ours on one queue and behind ours on another.
-    const auto order = group_.lock_submissions();
-    for (auto& f : flushed_) f.clear();
-    try {
-      for (std::size_t d = 0; d < n; ++d) submit_pending(d);
-    } catch (...) {
-      drop_pending();  // the communicator failed; its tickets report that
-      throw;
-    }
-    pending_on_queues();
-    deferral_->submitted_calls.store(calls_, std::memory_order_release);
+    submitter_.flush();
   }
 
   // Calls deferred and not yet submitted.
   std::size_t deferred() const {
     const auto lock = use();
-    return pending_.size();
+    return submitter_.pending().size();
   }
 
   // What tpar::StreamAllreduce asks of the communicator (detail::StreamPort): a host
@@ -361,7 +336,7 @@ class Communicator {
     // The relay wins automatically only where its calls ride in the host's submissions
     // (tpar::StreamAllreduce, which holds them together); called one at a time, each in a
     // submission of its own, it was slower than OneShot (docs/design/relay-two-gpus.md).
-    rq.relay_automatic = rq.relay_automatic && static_cast<bool>(before_wait_);
+    rq.relay_automatic = rq.relay_automatic && submitter_.has_before_wait();
     return rq;
   }
 
@@ -437,13 +412,6 @@ class Communicator {
   // The communicator's lock (detail::Deferral::use), taken by every entry point.
   std::unique_lock<detail::CallLock> use() const { return std::unique_lock(deferral_->use); }
 
-  // Deferred calls that will never be submitted (after abort()).
-  void drop_deferred() {
-    if (pending_.empty()) return;
-    pending_.clear();
-    relay_.abort();
-  }
-
   // What the communicator holds, moved out of it (the hooks that point into it cleared).
   std::unique_ptr<Held> take_held() {
     health_->set_hook({});  // tickets may outlive the relay
@@ -451,54 +419,22 @@ class Communicator {
     port_.drop_sites();
     if (relay_.hub()) relay_.hub()->stop();
     auto held = std::make_unique<Held>(group_);
-    held->ctx = std::move(ctx_);
+    held->ctx = submitter_.take_ctx();
     held->sync = std::move(sync_);
     held->relay = relay_.take_hub();
     held->relay_leftovers = relay_.take_leftovers();
     held->cache = std::move(cache_);
     cache_ = {};
-    held->fences = std::move(unsettled_);
-    ctx_.clear();
-    unsettled_.clear();
+    held->fences = submitter_.take_unsettled();
     return held;
   }
 
-  void init(std::size_t n) {
-    ctx_.resize(n);
-    std::vector<vk::Semaphore> sources(n);
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& c = ctx_[d];
-      c.device = &group_[d];
-      const vk::Device vkd = c.device->handle();
-      c.compute = Timeline(vkd);
-      c.transfer = Timeline(vkd);
-      c.download = Timeline(vkd);
-      c.abort = Timeline(vkd);
-      if (exportable_sources()) c.shared = Timeline(vkd, true);
-      c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
-      (void)c.device->kernels();  // here, so a device that cannot bind them fails creation
-      // Resettable: without update-after-bind, kernel batches are recorded again per call.
-      vk::CommandPoolCreateInfo pool_info(vk::CommandPoolCreateFlagBits::eResetCommandBuffer, c.device->compute_queue().family());
-      detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.compute_pool), "vkCreateCommandPool");
-      if (c.device->transfer_queue().family() == c.device->compute_queue().family()) {
-        c.transfer_pool = c.compute_pool;
-      } else {
-        pool_info.queueFamilyIndex = c.device->transfer_queue().family();
-        detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.transfer_pool), "vkCreateCommandPool");
-      }
-      sources[d] = exportable_sources() ? c.shared.handle() : c.transfer.handle();
-    }
+  void init() {
+    const auto sources = submitter_.init(exportable_sources());
     deferral_->owner = this;
     deferral_->flush = [](void* self) { static_cast<Communicator*>(self)->flush(); };
-    gather_.resize(n);
-    flushed_.resize(n);
-    pending_.reserve(8);
     sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources), options_.timeout,
                                    [h = health_](const Error& e) { h->fail(e); });
-    // By slot set, across generations: a set's index may be reused by a later generation
-    // (whose memory is new) but the relay's slots are the same memory whatever the
-    // generation, so a set waits for the last call of any generation that used its index.
-    slot_done_.assign(options_.max_slot_sets(), std::vector<std::uint64_t>(role_count * n, 0));
   }
 
   static bool is_relay(const PlanType& plan) { return takes_relay(plan.schedule); }
@@ -516,20 +452,6 @@ class Communicator {
   }
 
   void validate(std::span<const BufferSpan> spans, const AllreduceArgs& args) const { detail::validate_call(group_, spans, args); }
-
-  Ticket noop_ticket(const AllreduceArgs& args) {
-    std::vector<TimelinePoint> done(size());
-    std::vector<Ticket::DeviceWait> waits(size());
-    for (std::size_t d = 0; d < size(); ++d) {
-      auto& c = ctx_[d];
-      // (A ready point in the compute queue's order may be signalled by nothing: the host
-      // signals it only for calls that need it. tpar's last point is as good there.)
-      if (!args.ready.empty() && args.ready[d].semaphore && !args.ready_on_compute_queue) done[d] = args.ready[d];
-      else done[d] = {c.compute.handle(), c.submitted[0]};
-      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}, c.abort.handle()};
-    }
-    return Ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
-  }
 
   // The plan for a call of `rq`: the cache's, or built once (Algo::build) and made for
   // the current staging, which is made anew first where the capacities change.
@@ -552,7 +474,7 @@ class Communicator {
       const auto began = std::chrono::steady_clock::now();
       auto fresh = std::make_shared<Generation>(group_, cache_.host_capacity(), options_.depth_for(cache_.host_capacity()),
                                                 cache_.scratch_capacity());
-      cache_.renew(std::move(fresh), submitted_values(), std::chrono::steady_clock::now() - began);
+      cache_.renew(std::move(fresh), submitter_.submitted_values(), std::chrono::steady_clock::now() - began);
       last_plan_ = nullptr;  // it retired with the others
     }
     if (found) return *found;
@@ -653,7 +575,7 @@ class Communicator {
         }
       }
     } catch (...) {
-      plan->destroy(ctx_);
+      plan->destroy(submitter_.ctx());
       throw;
     }
     plan->final_compute.assign(n, ~0u);
@@ -663,7 +585,7 @@ class Communicator {
     for (std::size_t d = 0; d < n; ++d) {
       const auto& batches = plan->schedule.devices[d].batches;
       for (std::size_t r = 0; r < role_count; ++r) plan->role_counts[d][r] = plan->schedule.devices[d].count(static_cast<Role>(r));
-      auto& c = ctx_[d];
+      auto& c = submitter_.ctx()[d];
       auto queue_for = [&](const Batch& b) -> const Queue* { return &c.queue(c.merged ? Role::compute : queue_of(b)); };
       if (!batches.empty() && std::all_of(batches.begin(), batches.end(), [&](const Batch& b) { return queue_for(b) == queue_for(batches[0]); }))
         plan->sole_queue[d] = queue_for(batches[0]);
@@ -686,409 +608,21 @@ class Communicator {
     return true;
   }
 
-  // Blocks (bounded) until every device finished the call that last used slot set `parity`.
-  // Where that means blocking, it waits for the call that last used the set needed
-  // depth/2 - 1 calls from now, so that the calls in between find theirs free: one
-  // blocking wait (a sleep and a wake-up in the driver) per depth/2 calls rather than one
-  // per call, with depth/2 calls or more still queued for the GPU.
-  void wait_for_slot_set(std::uint32_t parity, std::uint32_t depth) {
-    const std::size_t n = size();
-    const auto& need = slot_done_[parity];
-    auto reached = [&] {
-      for (std::size_t d = 0; d < n; ++d)
-        for (std::size_t r = 0; r < role_count; ++r)
-          if (ctx_[d].completed[r] < need[r * n + d]) return false;
-      return true;
-    };
-    if (reached()) return;
-    // What the GPUs reached since the cache was last brought up to date (usually all of
-    // it: the call that last used the set is long done), without waking anyone.
-    for (std::size_t d = 0; d < n; ++d)
-      for (std::size_t r = 0; r < role_count; ++r) (void)reached_now(d, static_cast<Role>(r), need[r * n + d]);
-    if (reached()) return;
-    const std::uint32_t ahead = std::max<std::uint32_t>(1, depth / 2) - 1;
-    auto span = Trace::instance().span("tpar slot wait");
-    wait_values(slot_done_[(parity + ahead) % depth], "the call that last used this staging slot set");
-    // The set itself: reached already where sets went round in order, not always across
-    // a change of generation (a set's index may have been used later than the one ahead).
-    wait_values(slot_done_[parity], "the call that last used this staging slot set");
-  }
-
-  // Whether device d's timeline of role r reached `value`, asking the driver (without
-  // waiting) only where the cache of what it reached says not yet.
-  bool reached_now(std::size_t d, Role r, std::uint64_t value) {
-    auto& c = ctx_[d];
-    std::uint64_t& done = c.completed[static_cast<int>(r)];
-    if (done >= value) return true;
-    std::uint64_t now = 0;
-    if (c.device->handle().getSemaphoreCounterValue(c.timeline(r).handle(), &now) == vk::Result::eSuccess)
-      done = std::max(done, now);
-    return done >= value;
-  }
-
-  void wait_values(const std::vector<std::uint64_t>& need, const std::string& what) {
-    const std::size_t n = size();
-    if (before_wait_) before_wait_();
-    // A value that only a deferred call signals: submit them first.
-    for (std::size_t d = 0; d < n && !pending_.empty(); ++d)
-      for (std::size_t r = 0; r < role_count; ++r)
-        if (need[r * n + d] > ctx_[d].queued[r]) {
-          flush();
-          break;
-        }
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& c = ctx_[d];
-      // Only the timelines not yet seen there (the download timeline of a plan without
-      // downloads never is): a wait on fewer semaphores is cheaper for the driver.
-      vk::Semaphore sems[role_count];
-      std::uint64_t values[role_count];
-      std::size_t m = 0;
-      for (std::size_t r = 0; r < role_count; ++r)
-        if (c.completed[r] < need[r * n + d]) {
-          sems[m] = c.timeline(static_cast<Role>(r)).handle();
-          values[m++] = need[r * n + d];
-        }
-      if (!m) continue;
-      const detail::WaitOutcome end =
-          detail::wait_or_abort(c.device->handle(), std::span(sems, m), std::span(values, m), c.abort.handle(), options_.timeout);
-      if (end.aborted) throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
-      const vk::Result r = end.result;
-      if (r != vk::Result::eSuccess) {
-        const Error e = detail::not_finished(d, what, r, progress());
-        health_->fail(e);
-        sync_->release_waiters();
-        relay_.abort();
-        throw e;
-      }
-      for (std::size_t k = 0; k < role_count; ++k) c.completed[k] = std::max(c.completed[k], need[k * n + d]);
-    }
-  }
-
-  // `relay_call`: the relay's number for this call (0: not a relay call), what its collect
-  // batches wait for.
-  Ticket submit(PlanType& plan, std::uint32_t parity, const AllreduceArgs& args, std::uint64_t relay_call) {
-    const std::size_t n = size();
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& sub = plan.submits[d][parity];
-      auto& c = ctx_[d];
-      // Waits on the device's own timelines are left out where this call and the last run
-      // all their batches on one queue, the same: each batch starts with a full barrier,
-      // which orders it after everything submitted to that queue before it. A driver's
-      // vkQueueSubmit costs more per wait (docs/PERFORMANCE.md).
-      const Queue* sole = plan.sole_queue[d];
-      const bool own_ordered = sole && c.sole_queue == sole;
-      const auto& batches = plan.schedule.devices[d].batches;
-      for (std::size_t b = 0; b < sub.batch_waits.size(); ++b) {
-        auto& bw = sub.batch_waits[b];
-        // The caller's ready point in queue order on the compute queue: a batch there
-        // follows it (and tpar's previous call) by submission order and its leading barrier.
-        const bool queue_ordered = args.ready_on_compute_queue && (c.merged || queue_of(batches[b]) == Role::compute);
-        std::uint32_t k = bw.first;
-        for (std::uint32_t w = bw.first; w < bw.first + bw.count; ++w) {
-          const auto& rule = sub.wait_rules[w];
-          vk::Semaphore semaphore = rule.semaphore;
-          std::uint64_t value = 0;
-          switch (rule.kind) {
-            case detail::WaitRule::Kind::ready:
-              if (queue_ordered) continue;
-              if (!args.ready.empty() && args.ready[d].semaphore) {
-                semaphore = args.ready[d].semaphore;
-                value = args.ready[d].value;
-              } else {
-                if (own_ordered) continue;
-                semaphore = c.compute.handle();
-                value = c.submitted[0];
-              }
-              break;
-            case detail::WaitRule::Kind::previous_call:
-              if (own_ordered) continue;
-              value = c.submitted[1];
-              break;
-            case detail::WaitRule::Kind::previous_compute:
-              if (own_ordered) continue;
-              value = c.submitted[0];
-              break;
-            case detail::WaitRule::Kind::batch:
-              if (rule.own && sole) continue;  // an earlier batch of this call, on the same queue
-              value = ctx_[rule.ref.device].submitted[static_cast<int>(rule.ref.role)] + rule.ref.index + 1;
-              break;
-            case detail::WaitRule::Kind::relay:
-              value = relay_call;
-              break;
-          }
-          if (value == 0) continue;  // a timeline starts at 0: nothing to wait for (a first call)
-          sub.wait_semaphores[k] = semaphore;
-          sub.wait_values[k++] = value;
-        }
-        bw.info->waitSemaphoreCount = bw.timeline_info->waitSemaphoreValueCount = k - bw.first;
-      }
-      c.sole_queue = sole;
-      for (std::size_t s = 0; s < sub.signal_rules.size(); ++s)
-        if (sub.signal_semaphores[s])
-          sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;
-    }
-    for (std::size_t d = 0; d < n; ++d) plan.submits[d][parity].transfer_base = ctx_[d].submitted[1];
-    pending_.push_back({&plan, parity, relay_call});
-    std::vector<TimelinePoint> done(n);
-    std::vector<Ticket::DeviceWait> waits(n);
-    auto& slot = slot_done_[parity];
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& c = ctx_[d];
-      const std::uint64_t compute_base = c.submitted[0];
-      for (std::size_t r = 0; r < role_count; ++r) c.submitted[r] += plan.role_counts[d][r];
-      if (plan.final_compute[d] != ~0u) done[d] = {c.compute.handle(), compute_base + plan.final_compute[d] + 1};
-      else if (!args.ready.empty() && args.ready[d].semaphore && !args.ready_on_compute_queue) done[d] = args.ready[d];
-      else done[d] = {c.compute.handle(), compute_base};
-      // Every download is followed by a compute batch that waits for it, so the ticket's
-      // compute and upload points cover the downloads too.
-      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}, c.abort.handle()};
-      for (std::size_t r = 0; r < role_count; ++r) slot[r * n + d] = plan.last_use[r][d] = c.submitted[r];
-    }
-    ++calls_;
-    Ticket ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
-    if (!args.defer) flush();
-    return ticket;
-  }
-
-  // Hands device d's share of the deferred calls to its queues: one vkQueueSubmit per
-  // queue, the batches in call order (a queue takes its batches in submission order, so a
-  // later call's batch must never go ahead of an earlier one's on the same queue), those
-  // that wait on nothing folded into the one before (detail::MergedBatches).
-  void submit_pending(std::size_t d) {
-    auto& c = ctx_[d];
-    auto submit_to = [&](Queue& q, std::span<const vk::SubmitInfo> infos) {
-      if (infos.empty()) return;
-      std::size_t reached = 0;
-      const vk::Result r = q.submit(infos, {}, &reached);
-      flushed_[d].push_back({infos, reached});
-      if (r != vk::Result::eSuccess) {
-        const Error e(detail::code_for(r), "vkQueueSubmit on device " + std::to_string(d) + ": " + vk::to_string(r), r);
-        health_->fail(e);
-        throw e;
-      }
-    };
-    if (pending_.size() == 1) {
-      for (const auto& g : pending_[0].plan->submits[d][pending_[0].parity].groups) submit_to(c.queue(g.role), g.infos);
-    } else {
-      Queue* queues[role_count] = {};
-      std::size_t used = 0;
-      for (auto& batches : gather_[d]) batches.clear();
-      for (const auto& p : pending_)
-        for (const auto& g : p.plan->submits[d][p.parity].groups) {
-          Queue* q = &c.queue(g.role);
-          std::size_t k = 0;
-          while (k < used && queues[k] != q) ++k;
-          if (k == used) queues[used++] = q;
-          for (const auto& info : g.infos) gather_[d][k].add(info);
-        }
-      for (std::size_t k = 0; k < used; ++k) submit_to(*queues[k], gather_[d][k].build());
-    }
-    std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
-  }
-
-  // The pending calls' batches reached the queues (flush(), or the host's submission
-  // that carried them): only now tell the sync policy what the queues wait for, so that
-  // no value is signalled to a device before its wait on that value was submitted; and
-  // the relay's thread serves a call only once its batches are on the queues.
-  void pending_on_queues() {
-    const std::size_t n = size();
-    for (const auto& p : pending_)
-      for (std::size_t d = 0; d < n; ++d)
-        for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
-          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
-    std::uint64_t relay_calls = 0;
-    for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
-    if (relay_calls) relay_.hub()->submitted(relay_calls);
-    pending_.clear();
-  }
-
-  // They never will: release what they hold, and end the relay's calls.
-  void drop_pending() {
-    abandon_pending();
-    pending_.clear();
-    relay_.abort();
-  }
-
-  // After a vkQueueSubmit failed part-way through flush(): the batches that reached a
-  // queue may wait on values that only the batches that did not would have signalled
-  // (a peer's uploads, this device's other queue). The sync policy releases its waiters,
-  // and those values are signalled from the host, each once the GPU reached the value
-  // before it (a host signal may not pass a signal still pending on the GPU), so that
-  // every queue drains, bounded by the timeout. The communicator is failed already; the
-  // calls' buffers hold undefined values.
-  void abandon_pending() noexcept {
-    try {
-      const std::size_t n = size();
-      for (const auto& p : pending_)
-        for (std::size_t d = 0; d < n; ++d)
-          for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
-            sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
-      sync_->release_waiters();
-      struct Owed {
-        vk::Device device;
-        vk::Semaphore semaphore;
-        std::vector<std::uint64_t> values;  // signalled by no batch that reached a queue
-      };
-      std::vector<Owed> owed;
-      for (std::size_t d = 0; d < n; ++d) {
-        auto& c = ctx_[d];
-        // Each semaphore the batches that reached this device's queues signal, with the
-        // highest value (a queue's values rise in its order): those the GPU signals.
-        std::vector<std::pair<vk::Semaphore, std::uint64_t>> on_gpu;
-        for (const auto& f : flushed_[d])
-          for (const auto& info : f.infos.first(f.reached)) {
-            const auto& ti = *static_cast<const vk::TimelineSemaphoreSubmitInfo*>(info.pNext);
-            for (std::uint32_t k = 0; k < info.signalSemaphoreCount; ++k) {
-              auto it = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const auto& e) { return e.first == info.pSignalSemaphores[k]; });
-              if (it == on_gpu.end()) on_gpu.emplace_back(info.pSignalSemaphores[k], ti.pSignalSemaphoreValues[k]);
-              else it->second = std::max(it->second, ti.pSignalSemaphoreValues[k]);
-            }
-          }
-        for (const auto& p : pending_)
-          for (const auto& g : p.plan->submits[d][p.parity].groups)
-            for (std::size_t k = 0; k < g.infos.size(); ++k)
-              for (std::uint32_t i = 0; i < g.infos[k].signalSemaphoreCount; ++i) {
-                const vk::Semaphore sem = g.infos[k].pSignalSemaphores[i];
-                const std::uint64_t value = g.timeline_infos[k].pSignalSemaphoreValues[i];
-                const auto gpu = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const auto& e) { return e.first == sem; });
-                if (gpu != on_gpu.end() && value <= gpu->second) continue;  // a batch on a queue signals it
-                auto it = std::find_if(owed.begin(), owed.end(), [&](const Owed& o) { return o.semaphore == sem; });
-                if (it == owed.end()) it = owed.insert(owed.end(), {c.device->handle(), sem, {}});
-                it->values.push_back(value);
-              }
-      }
-      for (auto& o : owed) std::sort(o.values.begin(), o.values.end());
-      const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-      bool left = !owed.empty();
-      while (left && std::chrono::steady_clock::now() < deadline) {
-        left = false;
-        bool advanced = false;
-        for (auto& o : owed) {
-          if (o.values.empty()) continue;
-          std::uint64_t now = 0;
-          if (o.device.getSemaphoreCounterValue(o.semaphore, &now) != vk::Result::eSuccess) {
-            o.values.clear();  // the device is lost: nothing waits on it any more
-            continue;
-          }
-          if (now + 1 < o.values.front()) {
-            left = true;  // the GPU has not reached the value before it yet
-            continue;
-          }
-          std::size_t last = 0;  // the run of owed values that follows
-          while (last + 1 < o.values.size() && o.values[last + 1] == o.values[last] + 1) ++last;
-          const vk::SemaphoreSignalInfo info(o.semaphore, o.values[last]);
-          if (o.values[last] > now && o.device.signalSemaphore(&info) != vk::Result::eSuccess) {
-            o.values.clear();
-            continue;
-          }
-          o.values.erase(o.values.begin(), o.values.begin() + static_cast<std::ptrdiff_t>(last) + 1);
-          left |= !o.values.empty();
-          advanced = true;
-        }
-        if (left && !advanced) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      if (left)
-        log(LogLevel::error, "a failed submission left batches on the GPU that did not drain within the timeout: " + progress());
-      for (auto& c : ctx_) std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
-    } catch (const std::exception& e) {
-      log(LogLevel::error, std::string("releasing the batches of a failed submission: ") + e.what());
-    }
-  }
-
-  std::string progress() const { return detail::progress(ctx_, *sync_, cache_); }
-  std::vector<std::uint64_t> submitted_values() const { return detail::submitted_values(ctx_); }
-
-  // Waits up to `timeout` for everything submitted to finish.
-  bool drain(std::chrono::nanoseconds timeout) {
-    if (before_wait_) {
-      try {
-        before_wait_();
-      } catch (const std::exception& e) {
-        log(LogLevel::error, std::string("submitting what the host held of tpar's calls: ") + e.what());
-      }
-    }
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (auto& c : ctx_) {
-      const vk::Semaphore sems[role_count] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
-      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-      if (tpar::wait(c.device->handle(), sems, c.queued, left) != vk::Result::eSuccess) return false;
-    }
-    return true;
-  }
-
-  // Waits up to `timeout` until the driver is through with every batch submitted so far
-  // to the queues tpar uses: an empty submission with a fence on each, waited for. That a
-  // batch signalled is not enough before destroying the semaphores it waited on: Mesa's
-  // common queue code (lavapipe, and drivers that emulate timelines with it) releases the
-  // timeline points a batch waited on after the batch signalled, on its submit thread,
-  // writing into the semaphore; destroyed meanwhile, that was heap corruption (a SIGSEGV
-  // at the end of a test under load). Each queue's submissions are taken in order, so
-  // once the fence signals, the earlier batches (ours, and the host's that waited on our
-  // done points) are through.
-  bool settle(std::chrono::nanoseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (auto& c : ctx_) {
-      const vk::Device vkd = c.device->handle();
-      Queue* queues[role_count] = {&c.device->compute_queue(), &c.device->transfer_queue(), &c.queue(Role::download)};
-      const std::size_t used = c.merged ? 1 : c.submitted[2] && queues[2] != queues[1] ? 3 : 2;
-      for (Queue* q : std::span(queues, used)) {
-        vk::Fence fence;
-        const vk::FenceCreateInfo info;
-        if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) return false;
-        if (q->submit({}, fence) != vk::Result::eSuccess) {
-          vkd.destroyFence(fence);
-          return false;
-        }
-        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-        if (vkd.waitForFences(1, &fence, VK_TRUE, static_cast<std::uint64_t>(std::max<std::int64_t>(left.count(), 0))) !=
-            vk::Result::eSuccess) {
-          unsettled_.push_back({vkd, fence});  // still queued: destroyed once a later fence on the queue signals
-          return false;
-        }
-        vkd.destroyFence(fence);
-      }
-    }
-    // Every queue is through, so the fences of an earlier attempt signalled too.
-    for (auto [vkd, fence] : unsettled_) vkd.destroyFence(fence);
-    unsettled_.clear();
-    return true;
-  }
-
   void release_all() { take_held().reset(); }
 
   DeviceGroup group_;
   Options options_;
   std::shared_ptr<detail::Health> health_;
   std::shared_ptr<detail::Deferral> deferral_;  // shared with the tickets
-  struct Pending {
-    PlanType* plan;
-    std::uint32_t parity;
-    std::uint64_t relay;  // the relay's number for the call, or 0
-  };
-  std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
-  std::vector<std::array<detail::MergedBatches, role_count>> gather_;  // by device, queue: flush()'s batches
-  // By device: the batches this flush() handed each queue, and how many of them reached
-  // it (all, or those before a vkQueueSubmit that failed), for abandon_pending(). The
-  // batches are the plan's or gather_'s, valid until the flush returns.
-  struct Flushed {
-    std::span<const vk::SubmitInfo> infos;
-    std::size_t reached = 0;
-  };
-  std::vector<std::vector<Flushed>> flushed_;
-  std::vector<detail::DeviceContext> ctx_;
-  std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;
   detail::CommRelay relay_;  // its setup and self-test; its host side, made by the first relay call
   bool last_was_relay_ = false;               // whether the last call took the relay
   detail::PlanCache<Generation> cache_;  // plans, the staging generation, its capacities
-  std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
-  std::uint64_t calls_ = 0;
+  detail::Submitter<Sync, Generation> submitter_{group_, options_, health_, deferral_, sync_, relay_, cache_};
   CallInfo last_call_;
   PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())
   std::uint32_t last_parity_ = 0;
   std::vector<BufferSpan> last_spans_;                         // the last call's spans (for a ride)
-  std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
-  std::atomic<bool> aborted_{false};   // abort() was called (from any thread)
   detail::CommunicatorPort<Communicator> port_{*this};
 };
 

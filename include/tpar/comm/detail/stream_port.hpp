@@ -129,7 +129,7 @@ class CommunicatorPort final : public StreamPort {
 
   Handoff take_pending(std::vector<BatchList>& out, std::vector<std::size_t>& leading) override {
     const auto lock = comm_.use();
-    const auto& pending = comm_.pending_;
+    const auto& pending = comm_.submitter_.pending();
     const std::size_t n = comm_.size();
     out.resize(n);
     leading.assign(n, 0);
@@ -138,9 +138,9 @@ class CommunicatorPort final : public StreamPort {
     for (const auto& p : pending)
       for (std::size_t d = 0; d < n; ++d)
         for (const auto& g : p.plan->submits[d][p.parity].groups)
-          if (&comm_.ctx_[d].queue(g.role) != &comm_.group_[d].compute_queue()) return {false, true};
+          if (&comm_.submitter_.ctx()[d].queue(g.role) != &comm_.group_[d].compute_queue()) return {false, true};
     for (std::size_t d = 0; d < n; ++d) {
-      const auto& c = comm_.ctx_[d];
+      const auto& c = comm_.submitter_.ctx()[d];
       const vk::Semaphore own[] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
       bool waiting = false;
       for (const auto& p : pending)
@@ -161,31 +161,17 @@ class CommunicatorPort final : public StreamPort {
 
   void handed(std::vector<BatchList>& out, std::span<const std::size_t> reached) override {
     const auto lock = comm_.use();
-    if (comm_.pending_.empty()) return;
-    const std::size_t n = comm_.size();
-    comm_.pending_on_queues();
-    for (auto& c : comm_.ctx_) std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
-    // Where the host still holds batches of these calls, a ticket's wait must have them
-    // submitted first (flush() runs the host's hook): they count as submitted only then.
-    bool all_out = true;
-    for (std::size_t d = 0; d < n; ++d) all_out &= d < reached.size() && reached[d] == out[d].size();
-    if (all_out) comm_.deferral_->submitted_calls.store(comm_.calls_, std::memory_order_release);
+    comm_.submitter_.handed(out, reached);
   }
 
   void hand_failed(std::vector<BatchList>& out, std::span<const std::size_t> reached) override {
     const auto lock = comm_.use();
-    if (comm_.pending_.empty()) return;
-    const std::size_t n = comm_.size();
-    for (auto& f : comm_.flushed_) f.clear();
-    for (std::size_t d = 0; d < n; ++d)
-      comm_.flushed_[d].push_back({out[d].infos(false), d < reached.size() ? reached[d] : 0});
-    comm_.health_->fail(Error(ErrorCode::failed, "the host's submission carrying tpar's batches failed"));
-    comm_.drop_pending();
+    comm_.submitter_.hand_failed(out, reached);
   }
 
   bool pending_waits_on_host_only() const override {
     const auto lock = comm_.use();
-    const auto& pending = comm_.pending_;
+    const auto& pending = comm_.submitter_.pending();
     return !pending.empty() && std::all_of(pending.begin(), pending.end(), [](const auto& p) { return p.plan->waits_on_host_only; });
   }
 
@@ -239,7 +225,7 @@ class CommunicatorPort final : public StreamPort {
 
   void set_before_wait(std::function<void()> f) override {
     const auto lock = comm_.use();
-    comm_.before_wait_ = std::move(f);
+    comm_.submitter_.set_before_wait(std::move(f));
   }
 
   // The sites go before the relay they were made on (Communicator::take_held).
@@ -267,7 +253,7 @@ class CommunicatorPort final : public StreamPort {
     if (sites_.empty()) sites_.resize(comm_.size());
     if (!sites_[d])
       sites_[d] = std::make_unique<RideSites>(comm_.group_[d], *comm_.relay_.hub(), d, [this, d](std::uint64_t value) {
-        return comm_.reached_now(d, Role::compute, value);
+        return comm_.submitter_.reached_now(d, Role::compute, value);
       });
     return *sites_[d];
   }
