@@ -17,6 +17,7 @@
 #include <tpar/comm/detail/comm_plan.hpp>
 #include <tpar/comm/detail/comm_relay.hpp>
 #include <tpar/comm/detail/diagnostics.hpp>
+#include <tpar/comm/detail/held.hpp>
 #include <tpar/comm/detail/merged_batches.hpp>
 #include <tpar/comm/detail/plan_cache.hpp>
 #include <tpar/comm/detail/policy_options.hpp>
@@ -341,84 +342,16 @@ class Communicator {
   }
 
  private:
-  // Everything the communicator holds on the devices: freed by release_all(), or, where
-  // work on a queue still uses it when the communicator goes, kept in detail::remains()
-  // until that work is done.
-  struct Held final : detail::Remains {
-    explicit Held(DeviceGroup g) : group(std::move(g)) {}
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-    DeviceGroup group;  // first: the devices outlive everything else held
-    std::vector<detail::DeviceContext> ctx;
-    std::unique_ptr<Sync> sync;
-    std::unique_ptr<detail::RelayHub> relay;
-    std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers;
-    detail::PlanCache<Generation> cache;
-    std::vector<std::pair<vk::Device, vk::Fence>> fences;  // behind the work on each queue (settle())
-    bool fenced = false;
-
-    // Every timeline reached what was handed to the queues; then a fence on every queue
-    // behind it signalled (see settle(): the driver may still write into a semaphore a
-    // batch waited on after the batch signalled).
-    bool finished() override {
-      for (auto& c : ctx)
-        for (std::size_t r = 0; r < role_count; ++r) {
-          std::uint64_t v = 0;
-          const vk::Result res = c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v);
-          if (res == vk::Result::eSuccess && v < c.queued[r]) return false;  // (a lost device runs nothing more)
-        }
-      if (relay_leftovers && !relay_leftovers->finished(std::chrono::nanoseconds(0))) return false;
-      if (!fenced) {
-        fenced = true;
-        for (auto& c : ctx) {
-          const vk::Device vkd = c.device->handle();
-          Queue* queues[role_count] = {&c.device->compute_queue(), &c.device->transfer_queue(), &c.queue(Role::download)};
-          const std::size_t used = c.merged ? 1 : c.submitted[2] && queues[2] != queues[1] ? 3 : 2;
-          for (Queue* q : std::span(queues, used)) {
-            vk::Fence fence;
-            const vk::FenceCreateInfo info;
-            if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) continue;
-            if (q->submit({}, fence) != vk::Result::eSuccess) {
-              vkd.destroyFence(fence);
-              continue;
-            }
-            fences.emplace_back(vkd, fence);
-          }
-        }
-      }
-      for (auto [vkd, fence] : fences)
-        if (vkd.getFenceStatus(fence) == vk::Result::eNotReady) return false;
-      return true;
-    }
-
-    ~Held() override {
-      cache.destroy(ctx);
-      sync.reset();
-      relay.reset();
-      // A self-test kernel that did not see the host's write ends at its spin bound.
-      if (relay_leftovers && !relay_leftovers->finished(std::chrono::seconds(2))) (void)relay_leftovers.release();
-      relay_leftovers.reset();
-      for (auto& c : ctx) {
-        if (!c.device) continue;  // creation failed before this device was reached
-        const vk::Device vkd = c.device->handle();
-        if (c.transfer_pool && c.transfer_pool != c.compute_pool) vkd.destroyCommandPool(c.transfer_pool);
-        if (c.compute_pool) vkd.destroyCommandPool(c.compute_pool);
-      }
-      ctx.clear();
-      for (auto [vkd, fence] : fences) vkd.destroyFence(fence);
-    }
-  };
-
   // The communicator's lock (detail::Deferral::use), taken by every entry point.
   std::unique_lock<detail::CallLock> use() const { return std::unique_lock(deferral_->use); }
 
   // What the communicator holds, moved out of it (the hooks that point into it cleared).
-  std::unique_ptr<Held> take_held() {
+  std::unique_ptr<detail::Held<Sync, Generation>> take_held() {
     health_->set_hook({});  // tickets may outlive the relay
     health_->set_verify({});
     port_.drop_sites();
     if (relay_.hub()) relay_.hub()->stop();
-    auto held = std::make_unique<Held>(group_);
+    auto held = std::make_unique<detail::Held<Sync, Generation>>(group_);
     held->ctx = submitter_.take_ctx();
     held->sync = std::move(sync_);
     held->relay = relay_.take_hub();
