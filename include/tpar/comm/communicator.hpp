@@ -20,6 +20,7 @@
 #include <tpar/comm/detail/held.hpp>
 #include <tpar/comm/detail/merged_batches.hpp>
 #include <tpar/comm/detail/plan_cache.hpp>
+#include <tpar/comm/detail/plan_maker.hpp>
 #include <tpar/comm/detail/policy_options.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
@@ -399,7 +400,7 @@ class Communicator {
         without.relay_automatic = false;
         built = Algo::build(without);
       }
-      check_bindable(*built);
+      detail::check_bindable(group_, *built);
     }
     if (cache_.needs_generation(found ? found->schedule : *built)) {
       if (found) built = found->schedule;  // the plans retire, their schedules stand: not built again
@@ -412,133 +413,11 @@ class Communicator {
     }
     if (found) return *found;
     const auto began = std::chrono::steady_clock::now();
-    auto made = make_plan(std::move(key), std::move(*built));
+    const std::uint32_t sets = takes_relay(*built) ? options_.max_slot_sets() : cache_.generation()->depth();
+    auto made = detail::make_plan(group_, submitter_.ctx(), cache_.generation(), std::move(key), std::move(*built), sets, relay_.hub());
     const auto inserted = cache_.insert(std::move(made), std::chrono::steady_clock::now() - began);
     if (inserted.retired && inserted.retired == last_plan_) last_plan_ = nullptr;
     return inserted.plan;
-  }
-
-  // Throws Error(unsupported) where `schedule` needs a binding larger than a device
-  // allows (maxStorageBufferRange), with what would help.
-  void check_bindable(const Schedule& built) const {
-    std::uint64_t scratch_need = 0;
-    for (auto x : built.scratch_bytes) scratch_need = std::max(scratch_need, x);
-    for (std::size_t d = 0; d < size(); ++d) {
-      if (kernel_host_traffic(built.wire, built.devices[d]).to_host &&
-          built.host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
-        throw Error(ErrorCode::unsupported,
-                    std::string(built.algorithm) + " publishes " + std::to_string(built.host_bytes[d]) +
-                        " bytes of host staging from a kernel, more than device " + std::to_string(d) +
-                        " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
-      // Every other algorithm's scratch grows with the tensor, the ring's with its pieces
-      // only; and the ring already took the most pieces and the fewest lanes that fit
-      // (max_scratch_bytes), so only a smaller call helps it.
-      if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
-        throw Error(ErrorCode::unsupported,
-                    std::string(built.algorithm) + " needs " + std::to_string(scratch_need) +
-                        " bytes of scratch for this call, more than device " + std::to_string(d) +
-                        " can bind (maxStorageBufferRange)" +
-                        (built.scratch_per_piece ? " even with " + std::to_string(max_pieces_per_chunk) +
-                                                       " pieces a chunk on one lane; reduce the tensor in smaller calls"
-                                                 : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
-    }
-  }
-
-  std::unique_ptr<PlanType> make_plan(detail::PlanKey key, Schedule schedule) {
-    const std::size_t n = size();
-    auto plan = std::make_unique<PlanType>();
-    plan->key = std::move(key);
-    plan->schedule = std::move(schedule);
-    const auto& generation = cache_.generation();
-    plan->generation = generation;
-    plan->descriptor_pools.assign(n, nullptr);
-    const std::uint32_t sets = slot_sets(*plan);
-    plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(sets));
-    plan->submits.resize(n);
-    for (auto& s : plan->submits) s.resize(sets);
-    for (auto& use : plan->last_use) use.assign(n, 0);
-    try {
-      for (std::size_t d = 0; d < n; ++d) {
-        const vk::Device vkd = group_[d].handle();
-        // One set per parity: binding 0 (the call's buffer) is written by every call, and
-        // a parity's set is never in use then (its last call finished: wait_for_slot_set).
-        const KernelSet& kernels = group_[d].kernels();
-        const std::uint32_t depth = sets;
-        vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, kernel_storage_buffers * depth);
-        vk::DescriptorPoolCreateInfo pool_info({}, depth, 1, &pool_size);
-        if (kernels.update_after_bind()) pool_info.flags = vk::DescriptorPoolCreateFlagBits::eUpdateAfterBind;
-        detail::check(vkd.createDescriptorPool(&pool_info, nullptr, &plan->descriptor_pools[d]), "vkCreateDescriptorPool");
-        const std::vector<vk::DescriptorSetLayout> layouts(depth, kernels.set_layout());
-        vk::DescriptorSetAllocateInfo set_info(plan->descriptor_pools[d], depth, layouts.data());
-        detail::check(vkd.allocateDescriptorSets(&set_info, plan->descriptor_sets[d].data()), "vkAllocateDescriptorSets");
-        // Binding 2: this device's own host staging for the parity's call, where kernels
-        // that publish write; plans that do not publish from a kernel get the scratch
-        // there, as every binding must hold a valid buffer.
-        // The scratch may have grown past what any plan addresses (Capacity's headroom),
-        // beyond what one binding may span: bind at most maxStorageBufferRange of it.
-        const vk::DeviceSize range_limit = group_[d].capabilities().max_storage_buffer_range;
-        const vk::DescriptorBufferInfo scratch(generation->scratch(d), 0,
-                                               generation->scratch_bytes() > range_limit ? range_limit : VK_WHOLE_SIZE);
-        const bool relay = is_relay(*plan);  // bindings 1 and 2: the device's slot and publish area
-        const HostTraffic traffic = kernel_host_traffic(plan->schedule.wire, plan->schedule.devices[d]);
-        const bool publishes = traffic.to_host > 0 && n > 1;
-        const std::uint64_t host_range = std::max<std::uint64_t>(plan->schedule.host_bytes[d], 4);
-        const bool reads_peers = traffic.from_host > 0;
-        for (std::uint32_t parity = 0; parity < depth; ++parity) {
-          const vk::DescriptorBufferInfo host =
-              relay       ? relay_.hub()->publish(d, parity)
-              : publishes ? vk::DescriptorBufferInfo(generation->host_buffer(d, d), generation->slot_offset(parity), host_range)
-                          : scratch;
-          const vk::DescriptorBufferInfo second = relay ? relay_.hub()->slot(d, parity) : scratch;
-          // Binding 3: the peers' host staging for this parity, for kernels that read it in
-          // place (OneShot's direct sum); the scratch stands in for every other entry.
-          std::array<vk::DescriptorBufferInfo, max_direct_peers> peers;
-          for (std::uint32_t j = 0; j < max_direct_peers; ++j) {
-            const bool peer = reads_peers && j < n && j != d && plan->schedule.host_bytes[j] > 0;
-            peers[j] = peer ? vk::DescriptorBufferInfo(generation->host_buffer(d, j), generation->slot_offset(parity),
-                                                       plan->schedule.host_bytes[j])
-                            : scratch;
-          }
-          const std::array<vk::WriteDescriptorSet, 3> writes{
-              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &second),
-              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 2, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host),
-              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 3, 0, max_direct_peers, vk::DescriptorType::eStorageBuffer,
-                                     nullptr, peers.data())};
-          vkd.updateDescriptorSets(static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
-        }
-      }
-    } catch (...) {
-      plan->destroy(submitter_.ctx());
-      throw;
-    }
-    plan->final_compute.assign(n, ~0u);
-    plan->kernel_batches.assign(n, {});
-    plan->sole_queue.assign(n, nullptr);
-    plan->role_counts.assign(n, {});
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& batches = plan->schedule.devices[d].batches;
-      for (std::size_t r = 0; r < role_count; ++r) plan->role_counts[d][r] = plan->schedule.devices[d].count(static_cast<Role>(r));
-      auto& c = submitter_.ctx()[d];
-      auto queue_for = [&](const Batch& b) -> const Queue* { return &c.queue(c.merged ? Role::compute : queue_of(b)); };
-      if (!batches.empty() && std::all_of(batches.begin(), batches.end(), [&](const Batch& b) { return queue_for(b) == queue_for(batches[0]); }))
-        plan->sole_queue[d] = queue_for(batches[0]);
-      std::uint32_t k = 0;
-      for (std::size_t b = 0; b < batches.size(); ++b) {
-        if (batches[b].role == Role::compute) plan->final_compute[d] = k++;
-        if (detail::binds_caller_buffer(batches[b])) plan->kernel_batches[d].push_back(static_cast<std::uint32_t>(b));
-      }
-    }
-    // The relay's thread serves a call once all of it is on the queues: never split.
-    plan->per_device = !is_relay(*plan) && on_compute_queues(*plan) && splits_per_device(plan->schedule);
-    plan->waits_on_host_only = waits_on_host_only(plan->schedule);
-    return plan;
-  }
-
-  // Whether every batch of `plan` runs on its device's compute queue.
-  bool on_compute_queues(const PlanType& plan) const {
-    for (std::size_t d = 0; d < size(); ++d)
-      if (!plan.schedule.devices[d].batches.empty() && plan.sole_queue[d] != &group_[d].compute_queue()) return false;
-    return true;
   }
 
   void release_all() { take_held().reset(); }
