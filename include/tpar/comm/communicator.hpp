@@ -13,20 +13,15 @@
 #include <tpar/comm/ticket.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/options.hpp>
-#include <tpar/comm/detail/batch_list.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
 #include <tpar/comm/detail/comm_relay.hpp>
-#include <tpar/comm/detail/diagnostics.hpp>
 #include <tpar/comm/detail/held.hpp>
-#include <tpar/comm/detail/merged_batches.hpp>
 #include <tpar/comm/detail/plan_cache.hpp>
 #include <tpar/comm/detail/plan_maker.hpp>
 #include <tpar/comm/detail/policy_options.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
-#include <tpar/comm/detail/relay_hub.hpp>
 #include <tpar/comm/detail/relay_self_test.hpp>
 #include <tpar/comm/detail/remains.hpp>
-#include <tpar/comm/detail/ride_sites.hpp>
 #include <tpar/comm/detail/stream_port.hpp>
 #include <tpar/comm/detail/submitter.hpp>
 #include <tpar/comm/detail/validate.hpp>
@@ -34,17 +29,13 @@
 #include <tpar/staging/host_import.hpp>
 #include <tpar/sync/concepts.hpp>
 #include <tpar/sync/proxy_bridge.hpp>
-#include <tpar/sync/schedule_split.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
 
 namespace tpar::inline v0 {
 
@@ -66,22 +57,9 @@ class Communicator {
     detail::remains().reap();
     options_.validate_enums();
     detail::apply_policy_types<Sync, Algo>(options_);
-    if (options_.depth > max_depth)
-      throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 0 (sized by " +
-                                                   "staging_in_flight) or 1 to " + std::to_string(max_depth));
-    if (!options_.depth && options_.staging_in_flight == 0)
-      throw Error(ErrorCode::invalid_argument, "staging_in_flight must be positive where depth is 0");
-    const std::string up_to = "use 1 to " + std::to_string(max_pieces_per_chunk);
-    if (options_.lanes < 1 || options_.lanes > max_pieces_per_chunk)
-      throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options_.lanes) + " is out of range: " + up_to);
-    if (options_.piece_bytes && options_.piece_bytes < wire_block * sizeof(float))
-      throw Error(ErrorCode::invalid_argument, "piece_bytes must be 0 (automatic) or at least " + std::to_string(wire_block * sizeof(float)));
-    if (options_.max_pieces < 1 || options_.max_pieces > max_pieces_per_chunk)
-      throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options_.max_pieces) + " is out of range: " + up_to);
-    if (options_.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
-    const std::size_t n = group_.size();
+    detail::validate_options(options_);
     relay_.set_up(group_, options_);
-    if (n > 1) Staging::check_support(group_);
+    if (group_.size() > 1) Staging::check_support(group_);
     if constexpr (requires { Sync::check_support(group_); }) Sync::check_support(group_);  // before anything is made for it
     try {
       init();
@@ -229,7 +207,7 @@ class Communicator {
     const auto lock = use();
     if (auto e = health_->error())
       throw Error(ErrorCode::failed, std::string("this communicator failed earlier (") + e->what() + "); create a new one");
-    validate(spans, args);
+    detail::validate_call(group_, spans, args);
     const std::size_t n = size(), count = spans[0].count;
     std::uint32_t mask = 0;
     for (std::size_t d = 0; d < n; ++d)
@@ -264,23 +242,11 @@ class Communicator {
     const std::uint32_t depth = slot_sets(plan);
     const auto parity = static_cast<std::uint32_t>(submitter_.calls() % depth);
     submitter_.wait_for_slot_set(parity, depth);
-    for (std::size_t d = 0; d < n; ++d) {
-      // The call's buffer into the parity's set, then (re)record what that needs: the
-      // descriptor update comes first, as without update-after-bind it invalidates the
-      // command buffers that bound the set.
-      const vk::DescriptorBufferInfo user(spans[d].buffer, spans[d].offset, spans[d].bytes());
-      const vk::WriteDescriptorSet write(plan.descriptor_sets[d][parity], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user);
-      group_[d].handle().updateDescriptorSets(1, &write, 0, nullptr);
-      auto& sub = plan.submits[d][parity];
-      if (!sub.recorded) {
-        detail::record_device(
-            plan, d, parity, submitter_.ctx(), options_.profile,
-            [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); },
-            relay_.hub() ? relay_.hub()->release(d) : vk::Semaphore{});
-      } else if (!group_[d].kernels().update_after_bind()) {
-        for (const std::uint32_t b : plan.kernel_batches[d]) detail::record_batch(plan, d, parity, b, submitter_.ctx());
-      }
-    }
+    for (std::size_t d = 0; d < n; ++d)
+      detail::prepare_call(
+          plan, d, parity, spans[d], submitter_.ctx(), options_.profile,
+          [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); },
+          relay_.hub() ? relay_.hub()->release(d) : vk::Semaphore{});
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
     last_plan_ = &plan;
     last_parity_ = parity;
@@ -316,24 +282,7 @@ class Communicator {
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
     const auto lock = use();
-    if (wire) detail::require_known(*wire, all_wires, "the wire asked for");
-    const std::size_t n = size();
-    ScheduleRequest rq;
-    rq.devices = static_cast<std::uint32_t>(n);
-    rq.count = count;
-    rq.wire = wire.value_or(options_.wire_for(count * sizeof(float)));
-    rq.contributing = n >= 32 ? contributing : contributing & ((1u << n) - 1u);
-    rq.piece_elems = options_.piece_bytes ? std::max(wire_block, options_.piece_bytes / sizeof(float) / wire_block * wire_block) : 0;
-    rq.min_piece_wire_bytes = options_.min_piece_wire_bytes;
-    rq.max_pieces = options_.max_pieces;
-    rq.lanes = options_.lanes;
-    for (std::size_t d = 0; d < n; ++d) {
-      const std::uint64_t range = group_[d].capabilities().max_storage_buffer_range;
-      rq.max_scratch_bytes = d ? std::min(rq.max_scratch_bytes, range) : range;
-    }
-    rq.separate_downloads = options_.downloads == DownloadQueue::separate;
-    rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
-    rq.oneshot_max_bytes = options_.oneshot_max_bytes;
+    ScheduleRequest rq = detail::queue_request(group_, options_, count, wire, contributing);
     relay_.fill(rq, options_);
     // The relay wins automatically only where its calls ride in the host's submissions
     // (tpar::StreamAllreduce, which holds them together); called one at a time, each in a
@@ -384,8 +333,6 @@ class Communicator {
     if constexpr (requires { Sync::exports_sources; }) return Sync::exports_sources;
     else return false;
   }
-
-  void validate(std::span<const BufferSpan> spans, const AllreduceArgs& args) const { detail::validate_call(group_, spans, args); }
 
   // The plan for a call of `rq`: the cache's, or built once (Algo::build) and made for
   // the current staging, which is made anew first where the capacities change.

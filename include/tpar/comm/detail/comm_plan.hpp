@@ -392,4 +392,22 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
   sub.recorded = true;
 }
 
+// Device d's part of a call in slot set `parity` of `plan`: the call's buffer into the
+// set, then (re)record what that needs: the descriptor update comes first, as without
+// update-after-bind it invalidates the command buffers that bound the set. (The rest as
+// record_device.)
+template <class Generation, class PeerSemaphore>
+void prepare_call(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, const BufferSpan& span,
+                  std::vector<DeviceContext>& ctx, bool profile, PeerSemaphore&& peer_semaphore, vk::Semaphore relay) {
+  Device& dev = *ctx[d].device;
+  const vk::DescriptorBufferInfo user(span.buffer, span.offset, span.bytes());
+  const vk::WriteDescriptorSet write(plan.descriptor_sets[d][parity], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user);
+  dev.handle().updateDescriptorSets(1, &write, 0, nullptr);
+  if (!plan.submits[d][parity].recorded) {
+    record_device(plan, d, parity, ctx, profile, std::forward<PeerSemaphore>(peer_semaphore), relay);
+  } else if (!dev.kernels().update_after_bind()) {
+    for (const std::uint32_t b : plan.kernel_batches[d]) record_batch(plan, d, parity, b, ctx);
+  }
+}
+
 }  // namespace tpar::inline v0::detail

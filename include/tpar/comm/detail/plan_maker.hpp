@@ -1,14 +1,17 @@
-// Making a plan: a schedule checked against what the devices can bind, then its
-// descriptor sets (one per slot set: the call's buffer, the device's slot and publish
-// area or its host staging, the peers' host staging) and the per-device facts a call
-// reads (its last compute batch, the batches that bind the set, the one queue it runs on,
-// whether its parts split per device or wait on the host alone). Command buffers are
-// recorded by the first call of each slot set (record_device).
+// Making a plan: the request a call schedules, the schedule checked against what the
+// devices can bind, then its descriptor sets (one per slot set: the call's buffer, the
+// device's slot and publish area or its host staging, the peers' host staging) and the
+// per-device facts a call reads (its last compute batch, the batches that bind the set,
+// the one queue it runs on, whether its parts split per device or wait on the host
+// alone). Command buffers are recorded by the first call of each slot set (record_device).
 #pragma once
 
+#include <tpar/algo/request.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
+#include <tpar/core/detail/known_enum.hpp>
 #include <tpar/core/error.hpp>
+#include <tpar/core/options.hpp>
 #include <tpar/sync/schedule.hpp>
 #include <tpar/sync/schedule_split.hpp>
 #include <tpar/vk/device_group.hpp>
@@ -18,10 +21,36 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace tpar::inline v0::detail {
+
+// The request a call of `count` values (wire override, contributing mask) schedules on
+// `group` with `options`, but for the relay's part (CommRelay::fill).
+inline ScheduleRequest queue_request(const DeviceGroup& group, const Options& options, std::size_t count,
+                                     std::optional<Wire> wire, std::uint32_t contributing) {
+  if (wire) require_known(*wire, all_wires, "the wire asked for");
+  const std::size_t n = group.size();
+  ScheduleRequest rq;
+  rq.devices = static_cast<std::uint32_t>(n);
+  rq.count = count;
+  rq.wire = wire.value_or(options.wire_for(count * sizeof(float)));
+  rq.contributing = n >= 32 ? contributing : contributing & ((1u << n) - 1u);
+  rq.piece_elems = options.piece_bytes ? std::max(wire_block, options.piece_bytes / sizeof(float) / wire_block * wire_block) : 0;
+  rq.min_piece_wire_bytes = options.min_piece_wire_bytes;
+  rq.max_pieces = options.max_pieces;
+  rq.lanes = options.lanes;
+  for (std::size_t d = 0; d < n; ++d) {
+    const std::uint64_t range = group[d].capabilities().max_storage_buffer_range;
+    rq.max_scratch_bytes = d ? std::min(rq.max_scratch_bytes, range) : range;
+  }
+  rq.separate_downloads = options.downloads == DownloadQueue::separate;
+  rq.choice = n == 1 ? AlgoChoice::oneshot : options.algo;
+  rq.oneshot_max_bytes = options.oneshot_max_bytes;
+  return rq;
+}
 
 // Throws Error(unsupported) where `schedule` needs a binding larger than a device
 // allows (maxStorageBufferRange), with what would help.
