@@ -221,9 +221,9 @@ inline Report run_self_test(tpar::DeviceGroup& group, const tpar::Options& defau
         return std::string(tpar::BySize::build(automatic->schedule_request(bytes / sizeof(float))).algorithm);
       };
       c.plain = pick();
-      automatic->set_before_wait([] {});  // as a stream does
+      automatic->port().set_before_wait([] {});  // as a stream does
       c.streamed = pick();
-      automatic->set_before_wait({});
+      automatic->port().set_before_wait({});
       r.choices.push_back(c);
     }
   }

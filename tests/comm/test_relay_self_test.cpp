@@ -247,7 +247,7 @@ TEST_CASE("relay self-test: the automatic choice on two GPUs stood in for falls 
   CHECK_FALSE(fallback.empty());
   // Calls as a stream makes them (the only ones the automatic choice gives the relay):
   // OneShot, exact.
-  comm.set_before_wait([] {});
+  comm.port().set_before_wait([] {});
   for (std::size_t count : {std::size_t{1}, std::size_t{256}, std::size_t{512}}) {
     CAPTURE(count);
     Rig rig(group, count);

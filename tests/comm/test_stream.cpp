@@ -231,7 +231,7 @@ TEST_CASE("streams: a call that cannot be split per device is refused with nothi
     auto comm = make_communicator(env.group(), o);
     Chain chain(env.group(), 4096, 1, 3);
     StreamAllreduce<AnyCommunicator> ar(comm, chain.streams());
-    CHECK_FALSE(comm.per_device(4096));
+    CHECK_FALSE(comm.port().per_device(4096));
     for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, 0);
     const auto before = comm.group()[0].compute_queue().counts().submits + chain.sides[0]->stream->queue().counts().submits;
     CHECK(code_of([&] { ar.allreduce_split(chain.spans()); }) == ErrorCode::invalid_argument);
@@ -573,7 +573,7 @@ TEST_CASE("streams: a held relay call rides in the host's next command buffer, r
       }
       for (std::size_t d = 0; d < n; ++d)
         for (std::size_t j = 0; j < per_round; ++j) chain.sides[d]->stream->ride_forget(site[d][j]);
-      for (std::size_t d = 0; d < n; ++d) CHECK(comm.sites_in_use(d) == 0);
+      for (std::size_t d = 0; d < n; ++d) CHECK(comm.port().sites_in_use(d) == 0);
     }
     SUBCASE("TPAR_RELAY_RIDE=0 (Options::relay_ride false) offers no ride") {
       o.relay_ride = false;
@@ -636,7 +636,7 @@ TEST_CASE("streams: a call waiting for a ride goes out at any flush or submissio
   s.set_holding(true);
   TestTimeline t(dev.handle());
   // (the rider records nothing; it calls what the host gives to record beside the kernel,
-  // with the host's command buffer, as Communicator::record_ride does)
+  // with the host's command buffer, as StreamPort::record_ride does)
   s.set_rider({[](vk::CommandBuffer cb, bool, bool, const tpar::RideBeside& beside) {
                  if (beside) beside(cb);
                  return std::optional<std::uint64_t>(0);

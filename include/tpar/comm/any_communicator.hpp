@@ -25,33 +25,15 @@ class AnyCommunicator {
   // Submits the deferred calls (AllreduceArgs::defer); see Communicator::flush.
   void flush() { impl_->flush(); }
   std::size_t deferred() const { return impl_->deferred(); }
-  // See Communicator::take_pending, handed, pending_waits_on_host_only, set_before_wait
-  // (what tpar::Stream uses).
-  bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) {
-    return impl_->take_pending(out, leading, carry);
-  }
-  void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) { impl_->handed(out, reached, ok); }
-  bool pending_waits_on_host_only() const { return impl_->pending_waits_on_host_only(); }
-  void set_before_wait(std::function<void()> f) { impl_->set_before_wait(std::move(f)); }
-  // See Communicator::last_call_rides, record_ride, bind_site, forget_site, sites_in_use.
-  bool last_call_rides(std::size_t d) const { return impl_->last_call_rides(d); }
-  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false,
-                                           const RideBeside& beside = {}) {
-    return impl_->record_ride(d, cb, keep, ordered, beside);
-  }
-  bool bind_site(std::size_t d, std::uint64_t id) { return impl_->bind_site(d, id); }
-  void forget_site(std::size_t d, std::uint64_t id) { impl_->forget_site(d, id); }
-  std::size_t sites_in_use(std::size_t d) const { return impl_->sites_in_use(d); }
-  // See Communicator::per_device.
-  bool per_device(std::size_t count, std::uint32_t contributing = ~0u) { return impl_->per_device(count, contributing); }
+  // What tpar::StreamAllreduce asks of the communicator: see Communicator::port.
+  detail::StreamPort& port() { return impl_->port(); }
   const DeviceGroup& group() const { return impl_->group(); }
   std::size_t size() const { return impl_->size(); }
   SyncKind sync_kind() const { return impl_->sync_kind(); }
   const Options& options() const { return impl_->options(); }
   std::optional<Error> failure() const { return impl_->failure(); }
-  // See Communicator::abort (from any thread) and Communicator::exclusive.
+  // See Communicator::abort (from any thread).
   void abort() noexcept { impl_->abort(); }
-  std::unique_lock<detail::CallLock> exclusive() const { return impl_->exclusive(); }
   std::uint64_t staging_bytes() const { return impl_->staging_bytes(); }
   std::uint32_t in_flight() const { return impl_->in_flight(); }
   const CallInfo& last_call() const { return impl_->last_call(); }
@@ -78,23 +60,13 @@ class AnyCommunicator {
     virtual Ticket allreduce(std::span<const BufferSpan>, const AllreduceArgs&) = 0;
     virtual void flush() = 0;
     virtual std::size_t deferred() const = 0;
-    virtual bool take_pending(std::vector<detail::BatchList>&, std::vector<std::size_t>&, bool&) = 0;
-    virtual void handed(std::vector<detail::BatchList>&, std::span<const std::size_t>, bool) = 0;
-    virtual bool pending_waits_on_host_only() const = 0;
-    virtual void set_before_wait(std::function<void()>) = 0;
-    virtual bool last_call_rides(std::size_t) const = 0;
-    virtual std::optional<std::uint64_t> record_ride(std::size_t, vk::CommandBuffer, bool, bool, const RideBeside&) = 0;
-    virtual bool bind_site(std::size_t, std::uint64_t) = 0;
-    virtual void forget_site(std::size_t, std::uint64_t) = 0;
-    virtual std::size_t sites_in_use(std::size_t) const = 0;
-    virtual bool per_device(std::size_t, std::uint32_t) = 0;
+    virtual detail::StreamPort& port() = 0;
     virtual const DeviceGroup& group() const = 0;
     virtual std::size_t size() const = 0;
     virtual SyncKind sync_kind() const = 0;
     virtual const Options& options() const = 0;
     virtual std::optional<Error> failure() const = 0;
     virtual void abort() noexcept = 0;
-    virtual std::unique_lock<detail::CallLock> exclusive() const = 0;
     virtual std::uint64_t staging_bytes() const = 0;
     virtual std::uint32_t in_flight() const = 0;
     virtual const CallInfo& last_call() const = 0;
@@ -111,30 +83,13 @@ class AnyCommunicator {
     Ticket allreduce(std::span<const BufferSpan> s, const AllreduceArgs& a) override { return comm.allreduce(s, a); }
     void flush() override { comm.flush(); }
     std::size_t deferred() const override { return comm.deferred(); }
-    bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) override {
-      return comm.take_pending(out, leading, carry);
-    }
-    void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) override {
-      comm.handed(out, reached, ok);
-    }
-    bool pending_waits_on_host_only() const override { return comm.pending_waits_on_host_only(); }
-    void set_before_wait(std::function<void()> f) override { comm.set_before_wait(std::move(f)); }
-    bool last_call_rides(std::size_t d) const override { return comm.last_call_rides(d); }
-    std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered,
-                                             const RideBeside& beside) override {
-      return comm.record_ride(d, cb, keep, ordered, beside);
-    }
-    bool bind_site(std::size_t d, std::uint64_t id) override { return comm.bind_site(d, id); }
-    void forget_site(std::size_t d, std::uint64_t id) override { comm.forget_site(d, id); }
-    std::size_t sites_in_use(std::size_t d) const override { return comm.sites_in_use(d); }
-    bool per_device(std::size_t count, std::uint32_t contributing) override { return comm.per_device(count, contributing); }
+    detail::StreamPort& port() override { return comm.port(); }
     const DeviceGroup& group() const override { return comm.group(); }
     std::size_t size() const override { return comm.size(); }
     SyncKind sync_kind() const override { return Sync::kind; }
     const Options& options() const override { return comm.options(); }
     std::optional<Error> failure() const override { return comm.failure(); }
     void abort() noexcept override { comm.abort(); }
-    std::unique_lock<detail::CallLock> exclusive() const override { return comm.exclusive(); }
     std::uint64_t staging_bytes() const override { return comm.staging_bytes(); }
     std::uint32_t in_flight() const override { return comm.in_flight(); }
     const CallInfo& last_call() const override { return comm.last_call(); }

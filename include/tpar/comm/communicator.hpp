@@ -13,16 +13,17 @@
 #include <tpar/comm/ticket.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/options.hpp>
-#include <tpar/comm/detail/batch_list.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
-#include <tpar/comm/detail/merged_batches.hpp>
+#include <tpar/comm/detail/comm_relay.hpp>
+#include <tpar/comm/detail/held.hpp>
 #include <tpar/comm/detail/plan_cache.hpp>
+#include <tpar/comm/detail/plan_maker.hpp>
 #include <tpar/comm/detail/policy_options.hpp>
 #include <tpar/comm/detail/profile_reader.hpp>
-#include <tpar/comm/detail/relay_hub.hpp>
 #include <tpar/comm/detail/relay_self_test.hpp>
 #include <tpar/comm/detail/remains.hpp>
-#include <tpar/comm/detail/ride_sites.hpp>
+#include <tpar/comm/detail/stream_port.hpp>
+#include <tpar/comm/detail/submitter.hpp>
 #include <tpar/comm/detail/validate.hpp>
 #include <tpar/staging/capacity.hpp>
 #include <tpar/staging/host_import.hpp>
@@ -31,18 +32,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
 
 namespace tpar::inline v0 {
 
 template <CrossDeviceSync Sync, Algorithm Algo = BySize, StagingPolicy Staging = HostImport>
 class Communicator {
+  template <class>
+  friend class detail::CommunicatorPort;
+
  public:
   using Generation = typename Staging::Generation;
   using PlanType = detail::Plan<Generation>;
@@ -56,26 +57,13 @@ class Communicator {
     detail::remains().reap();
     options_.validate_enums();
     detail::apply_policy_types<Sync, Algo>(options_);
-    if (options_.depth > max_depth)
-      throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options_.depth) + " is out of range: use 0 (sized by " +
-                                                   "staging_in_flight) or 1 to " + std::to_string(max_depth));
-    if (!options_.depth && options_.staging_in_flight == 0)
-      throw Error(ErrorCode::invalid_argument, "staging_in_flight must be positive where depth is 0");
-    const std::string up_to = "use 1 to " + std::to_string(max_pieces_per_chunk);
-    if (options_.lanes < 1 || options_.lanes > max_pieces_per_chunk)
-      throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options_.lanes) + " is out of range: " + up_to);
-    if (options_.piece_bytes && options_.piece_bytes < wire_block * sizeof(float))
-      throw Error(ErrorCode::invalid_argument, "piece_bytes must be 0 (automatic) or at least " + std::to_string(wire_block * sizeof(float)));
-    if (options_.max_pieces < 1 || options_.max_pieces > max_pieces_per_chunk)
-      throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options_.max_pieces) + " is out of range: " + up_to);
-    if (options_.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
-    const std::size_t n = group_.size();
-    relay_setup_ = detail::RelaySetup::check(group_, options_);
-    if (n > 1) Staging::check_support(group_);
+    detail::validate_options(options_);
+    relay_.set_up(group_, options_);
+    if (group_.size() > 1) Staging::check_support(group_);
     if constexpr (requires { Sync::check_support(group_); }) Sync::check_support(group_);  // before anything is made for it
     try {
-      init(n);
-      test_relay();
+      init();
+      relay_.test(group_);
     } catch (...) {
       release_all();
       throw;
@@ -90,11 +78,11 @@ class Communicator {
   // kept, and logged, rather than freed under the GPU, and freed once that work is done
   // (detail::remains()). After abort(), it does not wait out the timeout.
   ~Communicator() {
-    const bool aborted = aborted_.load(std::memory_order_acquire);
+    const bool aborted = submitter_.aborted();
     {
       const auto lock = use();
       if (aborted) {
-        drop_deferred();  // never submitted: nothing of theirs is on a queue
+        submitter_.drop_deferred();  // never submitted: nothing of theirs is on a queue
       } else {
         // Deferred work still runs: GPU submissions of the host may wait on its done points.
         try {
@@ -108,22 +96,22 @@ class Communicator {
     // After an abort, what is not held on a queue by a point that never comes finishes
     // at once (its waiters were released); the rest is left to the remains.
     const auto first = aborted ? std::chrono::nanoseconds(std::chrono::milliseconds(200)) : options_.timeout;
-    const bool drained = drain(first);
-    if (drained && settle(first)) {
+    const bool drained = submitter_.drain(first);
+    if (drained && submitter_.settle(first)) {
       release_all();
       detail::remains().reap();
       return;
     }
     if (!drained && !aborted) {
       try {
-        log(LogLevel::error, "communicator destroyed while its work did not finish within the timeout (" + progress() +
+        log(LogLevel::error, "communicator destroyed while its work did not finish within the timeout (" + submitter_.progress() +
                                  "): its cross-device waits are released, so the buffers of the calls in flight hold undefined values");
       } catch (...) {
       }
       sync_->release_waiters();
-      if (relay_) relay_->abort();
+      relay_.abort();
     }
-    if (!aborted && drain(std::chrono::seconds(1)) && settle(std::chrono::seconds(1))) {
+    if (!aborted && submitter_.drain(std::chrono::seconds(1)) && submitter_.settle(std::chrono::seconds(1))) {
       release_all();
       return;
     }
@@ -159,12 +147,7 @@ class Communicator {
       health_->fail(Error(ErrorCode::aborted, "the communicator was aborted (Communicator::abort): its calls end unfinished"));
     } catch (...) {
     }
-    if (aborted_.exchange(true, std::memory_order_acq_rel)) return;
-    for (auto& c : ctx_) {
-      if (!c.abort.handle()) continue;
-      const vk::SemaphoreSignalInfo info(c.abort.handle(), 1);
-      (void)c.device->handle().signalSemaphore(&info);
-    }
+    if (!submitter_.abort()) return;  // aborted before
     try {
       if (sync_) sync_->release_waiters();
     } catch (...) {
@@ -187,16 +170,16 @@ class Communicator {
 
   // What the relay's self-test found at creation (ran is false where the relay is
   // neither chosen automatically nor asked for); docs/relay.md, "The self-test".
-  const RelaySelfTest& relay_self_test() const { return relay_test_; }
+  const RelaySelfTest& relay_self_test() const { return relay_.self_test(); }
   // Whether calls through a tpar::StreamAllreduce may take the relay by themselves: the
   // gate allows it (RelayGate::automatic), its self-test passed, its memory was made.
-  bool relay_automatic() const { return relay_setup_.gate.automatic && !relay_setup_.off; }
+  bool relay_automatic() const { return relay_.automatic(); }
 
   // The relay's host threads: calls served, CPU time (tpar-bench reports it per call).
   RelayStats relay_stats() const {
     const auto lock = use();
-    if (!relay_) return {};
-    return relay_->stats();
+    if (!relay_.hub()) return {};
+    return relay_.hub()->stats();
   }
 
   // Staging generations and plans built so far, and the host time they took.
@@ -214,7 +197,7 @@ class Communicator {
     out.devices.resize(size());
     if (!last_plan_) return out;
     flush();
-    if (!drain(options_.timeout)) throw Error(ErrorCode::timeout, "profile(): the last call did not finish within the timeout");
+    if (!submitter_.drain(options_.timeout)) throw Error(ErrorCode::timeout, "profile(): the last call did not finish within the timeout");
     return detail::read_profile(group_, *last_plan_, last_parity_);
   }
 
@@ -224,7 +207,7 @@ class Communicator {
     const auto lock = use();
     if (auto e = health_->error())
       throw Error(ErrorCode::failed, std::string("this communicator failed earlier (") + e->what() + "); create a new one");
-    validate(spans, args);
+    detail::validate_call(group_, spans, args);
     const std::size_t n = size(), count = spans[0].count;
     std::uint32_t mask = 0;
     for (std::size_t d = 0; d < n; ++d)
@@ -232,11 +215,11 @@ class Communicator {
     const bool host_peers = options_.relay_host_peers && count * sizeof(float) <= options_.relay_max_bytes;
     if (count == 0 || (n == 1 && (mask & 1u) && !host_peers)) {
       last_call_ = {"none", args.wire.value_or(options_.wire_for(count * sizeof(float)))};
-      return noop_ticket(args);
+      return submitter_.noop_ticket(args);
     }
 
     const ScheduleRequest rq = schedule_request(count, args.wire, mask);
-    cache_.free_finished(ctx_);
+    cache_.free_finished(submitter_.ctx());
     PlanType& plan = plan_for(rq);
     if (args.ready_on_compute_queue)
       for (std::size_t d = 0; d < n; ++d)
@@ -251,37 +234,25 @@ class Communicator {
     // H100s, 2026-11-26, docs/relay.md "Calls in flight beside the relay"); relay calls
     // alone, or one call at a time, ran clean.
     const bool relay_call_now = is_relay(plan);
-    if (calls_ > 0 && relay_call_now != last_was_relay_) {
+    if (submitter_.calls() > 0 && relay_call_now != last_was_relay_) {
       auto span = Trace::instance().span("tpar relay switch wait");
-      wait_values(submitted_values(), relay_call_now ? "the calls before a relay call" : "the relay call before this one");
+      submitter_.wait_values(submitter_.submitted_values(), relay_call_now ? "the calls before a relay call" : "the relay call before this one");
     }
     last_was_relay_ = relay_call_now;
     const std::uint32_t depth = slot_sets(plan);
-    const auto parity = static_cast<std::uint32_t>(calls_ % depth);
-    wait_for_slot_set(parity, depth);
-    for (std::size_t d = 0; d < n; ++d) {
-      // The call's buffer into the parity's set, then (re)record what that needs: the
-      // descriptor update comes first, as without update-after-bind it invalidates the
-      // command buffers that bound the set.
-      const vk::DescriptorBufferInfo user(spans[d].buffer, spans[d].offset, spans[d].bytes());
-      const vk::WriteDescriptorSet write(plan.descriptor_sets[d][parity], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user);
-      group_[d].handle().updateDescriptorSets(1, &write, 0, nullptr);
-      auto& sub = plan.submits[d][parity];
-      if (!sub.recorded) {
-        detail::record_device(
-            plan, d, parity, ctx_, options_.profile,
-            [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); },
-            relay_ ? relay_->release(d) : vk::Semaphore{});
-      } else if (!group_[d].kernels().update_after_bind()) {
-        for (const std::uint32_t b : plan.kernel_batches[d]) detail::record_batch(plan, d, parity, b, ctx_);
-      }
-    }
+    const auto parity = static_cast<std::uint32_t>(submitter_.calls() % depth);
+    submitter_.wait_for_slot_set(parity, depth);
+    for (std::size_t d = 0; d < n; ++d)
+      detail::prepare_call(
+          plan, d, parity, spans[d], submitter_.ctx(), options_.profile,
+          [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); },
+          relay_.hub() ? relay_.hub()->release(d) : vk::Semaphore{});
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
     last_plan_ = &plan;
     last_parity_ = parity;
     last_spans_.assign(spans.begin(), spans.end());
-    const std::uint64_t relay_call = is_relay(plan) ? relay_->record(parity, count, rq.contributing) : 0;
-    return submit(plan, parity, args, relay_call);
+    const std::uint64_t relay_call = is_relay(plan) ? relay_.hub()->record(parity, count, rq.contributing) : 0;
+    return submitter_.submit(plan, parity, args, relay_call);
   }
 
   Ticket allreduce(std::initializer_list<BufferSpan> spans, const AllreduceArgs& args = {}) {
@@ -293,382 +264,60 @@ class Communicator {
   // dropped instead, and the abort is thrown.
   void flush() {
     const auto lock = use();
-    if (aborted_.load(std::memory_order_acquire) && !pending_.empty()) {
-      drop_deferred();
-      throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
-    }
-    if (before_wait_) {
-      before_wait_();  // what the host held of handed calls is on the queues now
-      if (pending_.empty()) deferral_->submitted_calls.store(calls_, std::memory_order_release);
-    }
-    if (pending_.empty()) return;
-    const std::size_t n = size();
-    // Every device's share in one piece: another communicator of the group must not put
-    // its batches between ours on one queue and behind ours on another.
-    const auto order = group_.lock_submissions();
-    for (auto& f : flushed_) f.clear();
-    try {
-      for (std::size_t d = 0; d < n; ++d) submit_pending(d);
-    } catch (...) {
-      drop_pending();  // the communicator failed; its tickets report that
-      throw;
-    }
-    pending_on_queues();
-    deferral_->submitted_calls.store(calls_, std::memory_order_release);
+    submitter_.flush();
   }
-
-  // The communicator's lock, for a caller that makes several of its calls as one (what
-  // tpar::StreamAllreduce does for each AllReduce): a ticket's wait on another thread
-  // (which may submit deferred calls) waits for it.
-  std::unique_lock<detail::CallLock> exclusive() const { return use(); }
 
   // Calls deferred and not yet submitted.
   std::size_t deferred() const {
     const auto lock = use();
-    return pending_.size();
+    return submitter_.pending().size();
   }
 
-  // Hands the deferred calls to the host's own submissions instead of submitting them
-  // (what tpar::Stream does at each AllReduce). Possible where every batch of every
-  // pending call runs on its device's compute queue (OneShot and the relay; not
-  // ChunkedRing's copies on a device with a transfer queue): then `out[d]` gets device
-  // d's batches, in order, `leading[d]` how many of them come before the first that
-  // waits on another device (or the relay's host thread), and true is returned. The host
-  // must then submit, on every device's compute queue, ahead of anything it submits there
-  // later, first the leading batches of every device (so no queue waits on a signal not
-  // yet submitted), then the rest; and call handed() once every device's leading part
-  // reached its queue. `carry` says whether the rest may wait for the host's next
-  // submission on its device: true where no device waits on another's rest (OneShot's
-  // sum, the relay's collect), so that holding one device's rest back cannot hold up
-  // another; false (ChunkedRing's steps wait on each other's) means every device's rest
-  // goes out at once, after every device's leading part. Otherwise false, and nothing
-  // changes (flush() submits them).
-  bool take_pending(std::vector<detail::BatchList>& out, std::vector<std::size_t>& leading, bool& carry) {
-    const auto lock = use();
-    const std::size_t n = size();
-    out.resize(n);
-    leading.assign(n, 0);
-    carry = true;
-    for (auto& l : out) l.clear();
-    if (pending_.empty()) return true;
-    for (const auto& p : pending_)
-      for (std::size_t d = 0; d < n; ++d)
-        for (const auto& g : p.plan->submits[d][p.parity].groups)
-          if (&ctx_[d].queue(g.role) != &group_[d].compute_queue()) return false;
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& c = ctx_[d];
-      const vk::Semaphore own[] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
-      bool waiting = false;
-      for (const auto& p : pending_)
-        for (const auto& g : p.plan->submits[d][p.parity].groups) {
-          out[d].append(g.infos);
-          for (const auto& info : g.infos) {
-            // A wait on the device's own timelines is on a value already submitted.
-            for (std::uint32_t k = 0; k < info.waitSemaphoreCount && !waiting; ++k)
-              waiting = std::find(std::begin(own), std::end(own), info.pWaitSemaphores[k]) == std::end(own);
-            if (!waiting) ++leading[d];
-          }
-        }
-    }
-    // One call (one queue a device, so its batches in schedule order): the rest may wait
-    // where no batch of a device's rest is what another device waits on.
-    if (pending_.size() != 1) {
-      carry = false;
-    } else {
-      const Schedule& sched = pending_[0].plan->schedule;
-      for (std::size_t d = 0; d < n && carry; ++d)
-        for (const Batch& b : sched.devices[d].batches)
-          for (const BatchRef& ref : b.waits) {
-            if (ref.device == d) continue;
-            const auto& theirs = sched.devices[ref.device].batches;
-            std::uint32_t seen = 0;
-            for (std::size_t i = 0; i < theirs.size(); ++i)
-              if (theirs[i].role == ref.role && seen++ == ref.index) {
-                if (i >= leading[ref.device]) carry = false;
-                break;
-              }
-          }
-    }
-    return true;
-  }
-
-  // Whether no batch of the deferred calls waits on another device's batch: only on its
-  // own device's work or on the relay's host thread (OneShot's sum waits on its peers; the
-  // relay does not). Such calls may be held back on every device and submitted together
-  // later (tpar::StreamAllreduce, Options::stream_hold): no queue then waits on a
-  // submission of another's that is not yet made.
-  bool pending_waits_on_host_only() const {
-    const auto lock = use();
-    return !pending_.empty() &&
-           std::all_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.plan->waits_on_host_only; });
-  }
-
-  // The batches take_pending() handed out: `reached[d]` of device d's reached its queue
-  // (every device's leading part at least, where `ok`; what is missing the host holds, to
-  // submit with its next work). `ok` false: a submission failed, and the communicator
-  // fails: what reached a queue is released (as after a failed flush), and the host must
-  // drop the rest.
-  void handed(std::vector<detail::BatchList>& out, std::span<const std::size_t> reached, bool ok) {
-    const auto lock = use();
-    if (pending_.empty()) return;
-    const std::size_t n = size();
-    if (!ok) {
-      for (auto& f : flushed_) f.clear();
-      for (std::size_t d = 0; d < n; ++d) flushed_[d].push_back({out[d].infos(false), d < reached.size() ? reached[d] : 0});
-      health_->fail(Error(ErrorCode::failed, "the host's submission carrying tpar's batches failed"));
-      drop_pending();
-      return;
-    }
-    pending_on_queues();
-    for (auto& c : ctx_) std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
-    // Where the host still holds batches of these calls, a ticket's wait must have them
-    // submitted first (flush() runs the host's hook): they count as submitted only then.
-    bool all_out = true;
-    for (std::size_t d = 0; d < n; ++d) all_out &= d < reached.size() && reached[d] == out[d].size();
-    if (all_out) deferral_->submitted_calls.store(calls_, std::memory_order_release);
-  }
-
-
-  // Riding (docs/design/relay-ride.md): device d's part of the last call recorded into a
-  // command buffer of the host's instead of tpar's own, for tpar::StreamAllreduce.
-  //
-  // Whether it can ride: a relay call whose kernels wait for the sum on the GPU (one
-  // compute batch of one kernel on the device), Options::relay_ride on, no profiling.
-  bool last_call_rides(std::size_t d) const {
-    const auto lock = use();
-    if (!options_.relay_ride || options_.profile || !relay_ || !relay_->sites() || !last_plan_ || !is_relay(*last_plan_) ||
-        d >= size())
-      return false;
-    const auto& batches = last_plan_->schedule.devices[d].batches;
-    return batches.size() == 1 && batches[0].commands.size() == 1 && batches[0].commands[0].type == Command::Type::kernel &&
-           !batches[0].wait_relay;
-  }
-  // Records device d's part of the last call (last_call_rides(d)) into `cb`: its kernel
-  // between two barriers (`ordered`: the first left out, as the host vouches that nothing
-  // before needs it: detail::record_ride_commands). `keep`: the host submits `cb` again
-  // for later calls, so the kernel is recorded as a site (its id returned, for bind_site() before each later
-  // submission, forget_site() once the host frees `cb`); nullopt, with nothing recorded,
-  // where every site is in use. Otherwise (0) the call's own descriptor set is bound, and
-  // `cb` must be submitted once, before the next call.
-  std::optional<std::uint64_t> record_ride(std::size_t d, vk::CommandBuffer cb, bool keep, bool ordered = false,
-                                           const RideBeside& beside = {}) {
-    const auto lock = use();
-    const detail::RideCall call = ride_call(d);
-    if (!keep) {
-      detail::record_ride_commands(cb, group_[d].kernels().layout(), call.pipeline, call.set, call.args, call.groups, ordered,
-                                   beside);
-      return 0;
-    }
-    const std::uint64_t id = sites(d).make(cb, call, ordered, beside);
-    if (!id) return std::nullopt;
-    return id;
-  }
-  // Site `id` of device d to serve device d's part of the last call (last_call_rides(d))
-  // in a command buffer the host submits again. False (nothing changed) where it cannot:
-  // not a site of this communicator's device d, made for another buffer, size or mode, or
-  // its previous call not yet done on the device (never blocks).
-  bool bind_site(std::size_t d, std::uint64_t id) {
-    const auto lock = use();
-    if (!ride_sites_.size() || !ride_sites_[d]) return false;
-    return ride_sites_[d]->bind(id, ride_call(d));
-  }
-  // The host freed the command buffers that held site `id` of device d.
-  void forget_site(std::size_t d, std::uint64_t id) {
-    const auto lock = use();
-    if (d < ride_sites_.size() && ride_sites_[d]) ride_sites_[d]->forget(id);
-  }
-  // Sites in use on device d.
-  std::size_t sites_in_use(std::size_t d) const {
-    const auto lock = use();
-    return d < ride_sites_.size() && ride_sites_[d] ? ride_sites_[d]->in_use() : 0;
-  }
-
-  // Whether a call of `count` values (`contributing`: as AllreduceArgs::contributes) runs
-  // so that each device's part of it can be handed to a thread of its own
-  // (StreamAllreduce::allreduce_split): every batch on the devices' compute queues, and no device
-  // waiting on what a peer submits after its own first wait (OneShot; not the ring's
-  // steps, nor the relay). Chooses (and makes) the plan the call would take; enqueues
-  // nothing.
-  bool per_device(std::size_t count, std::uint32_t contributing = ~0u) {
-    const auto lock = use();
-    if (count == 0) return true;
-    const ScheduleRequest rq = schedule_request(count, std::nullopt, contributing);
-    return plan_for(rq).per_device;
-  }
-
-  // What runs before tpar submits deferred calls itself or waits on the host for its own
-  // work (a ticket's wait, a slot set still in use, destruction): tpar::Stream submits
-  // what it holds of earlier calls, so that nothing tpar waits for is still in its hands.
-  void set_before_wait(std::function<void()> f) {
-    const auto lock = use();
-    before_wait_ = std::move(f);
-  }
+  // What tpar::StreamAllreduce asks of the communicator (detail::StreamPort): a host
+  // uses StreamAllreduce rather than this.
+  detail::StreamPort& port() { return port_; }
 
   // The request a call of `count` values (wire override, contributing mask) schedules:
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
                                    std::uint32_t contributing = ~0u) const {
     const auto lock = use();
-    if (wire) detail::require_known(*wire, all_wires, "the wire asked for");
-    const std::size_t n = size();
-    ScheduleRequest rq;
-    rq.devices = static_cast<std::uint32_t>(n);
-    rq.count = count;
-    rq.wire = wire.value_or(options_.wire_for(count * sizeof(float)));
-    rq.contributing = n >= 32 ? contributing : contributing & ((1u << n) - 1u);
-    rq.piece_elems = options_.piece_bytes ? std::max(wire_block, options_.piece_bytes / sizeof(float) / wire_block * wire_block) : 0;
-    rq.min_piece_wire_bytes = options_.min_piece_wire_bytes;
-    rq.max_pieces = options_.max_pieces;
-    rq.lanes = options_.lanes;
-    for (std::size_t d = 0; d < n; ++d) {
-      const std::uint64_t range = group_[d].capabilities().max_storage_buffer_range;
-      rq.max_scratch_bytes = d ? std::min(rq.max_scratch_bytes, range) : range;
-    }
-    rq.separate_downloads = options_.downloads == DownloadQueue::separate;
-    rq.choice = n == 1 ? AlgoChoice::oneshot : options_.algo;
-    rq.oneshot_max_bytes = options_.oneshot_max_bytes;
-    relay_setup_.fill(rq, options_);
+    ScheduleRequest rq = detail::queue_request(group_, options_, count, wire, contributing);
+    relay_.fill(rq, options_);
     // The relay wins automatically only where its calls ride in the host's submissions
     // (tpar::StreamAllreduce, which holds them together); called one at a time, each in a
     // submission of its own, it was slower than OneShot (docs/design/relay-two-gpus.md).
-    rq.relay_automatic = rq.relay_automatic && static_cast<bool>(before_wait_);
+    rq.relay_automatic = rq.relay_automatic && submitter_.has_before_wait();
     return rq;
   }
 
  private:
-  // Everything the communicator holds on the devices: freed by release_all(), or, where
-  // work on a queue still uses it when the communicator goes, kept in detail::remains()
-  // until that work is done.
-  struct Held final : detail::Remains {
-    explicit Held(DeviceGroup g) : group(std::move(g)) {}
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-    DeviceGroup group;  // first: the devices outlive everything else held
-    std::vector<detail::DeviceContext> ctx;
-    std::unique_ptr<Sync> sync;
-    std::unique_ptr<detail::RelayHub> relay;
-    std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers;
-    detail::PlanCache<Generation> cache;
-    std::vector<std::pair<vk::Device, vk::Fence>> fences;  // behind the work on each queue (settle())
-    bool fenced = false;
-
-    // Every timeline reached what was handed to the queues; then a fence on every queue
-    // behind it signalled (see settle(): the driver may still write into a semaphore a
-    // batch waited on after the batch signalled).
-    bool finished() override {
-      for (auto& c : ctx)
-        for (std::size_t r = 0; r < role_count; ++r) {
-          std::uint64_t v = 0;
-          const vk::Result res = c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v);
-          if (res == vk::Result::eSuccess && v < c.queued[r]) return false;  // (a lost device runs nothing more)
-        }
-      if (relay_leftovers && !relay_leftovers->finished(std::chrono::nanoseconds(0))) return false;
-      if (!fenced) {
-        fenced = true;
-        for (auto& c : ctx) {
-          const vk::Device vkd = c.device->handle();
-          Queue* queues[role_count] = {&c.device->compute_queue(), &c.device->transfer_queue(), &c.queue(Role::download)};
-          const std::size_t used = c.merged ? 1 : c.submitted[2] && queues[2] != queues[1] ? 3 : 2;
-          for (Queue* q : std::span(queues, used)) {
-            vk::Fence fence;
-            const vk::FenceCreateInfo info;
-            if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) continue;
-            if (q->submit({}, fence) != vk::Result::eSuccess) {
-              vkd.destroyFence(fence);
-              continue;
-            }
-            fences.emplace_back(vkd, fence);
-          }
-        }
-      }
-      for (auto [vkd, fence] : fences)
-        if (vkd.getFenceStatus(fence) == vk::Result::eNotReady) return false;
-      return true;
-    }
-
-    ~Held() override {
-      cache.destroy(ctx);
-      sync.reset();
-      relay.reset();
-      // A self-test kernel that did not see the host's write ends at its spin bound.
-      if (relay_leftovers && !relay_leftovers->finished(std::chrono::seconds(2))) (void)relay_leftovers.release();
-      relay_leftovers.reset();
-      for (auto& c : ctx) {
-        if (!c.device) continue;  // creation failed before this device was reached
-        const vk::Device vkd = c.device->handle();
-        if (c.transfer_pool && c.transfer_pool != c.compute_pool) vkd.destroyCommandPool(c.transfer_pool);
-        if (c.compute_pool) vkd.destroyCommandPool(c.compute_pool);
-      }
-      ctx.clear();
-      for (auto [vkd, fence] : fences) vkd.destroyFence(fence);
-    }
-  };
-
   // The communicator's lock (detail::Deferral::use), taken by every entry point.
   std::unique_lock<detail::CallLock> use() const { return std::unique_lock(deferral_->use); }
 
-  // Deferred calls that will never be submitted (after abort()).
-  void drop_deferred() {
-    if (pending_.empty()) return;
-    pending_.clear();
-    if (relay_) relay_->abort();
-  }
-
   // What the communicator holds, moved out of it (the hooks that point into it cleared).
-  std::unique_ptr<Held> take_held() {
+  std::unique_ptr<detail::Held<Sync, Generation>> take_held() {
     health_->set_hook({});  // tickets may outlive the relay
     health_->set_verify({});
-    ride_sites_.clear();
-    if (relay_) relay_->stop();
-    auto held = std::make_unique<Held>(group_);
-    held->ctx = std::move(ctx_);
+    port_.drop_sites();
+    if (relay_.hub()) relay_.hub()->stop();
+    auto held = std::make_unique<detail::Held<Sync, Generation>>(group_);
+    held->ctx = submitter_.take_ctx();
     held->sync = std::move(sync_);
-    held->relay = std::move(relay_);
-    held->relay_leftovers = std::move(relay_leftovers_);
+    held->relay = relay_.take_hub();
+    held->relay_leftovers = relay_.take_leftovers();
     held->cache = std::move(cache_);
     cache_ = {};
-    held->fences = std::move(unsettled_);
-    ctx_.clear();
-    unsettled_.clear();
+    held->fences = submitter_.take_unsettled();
     return held;
   }
 
-  void init(std::size_t n) {
-    ctx_.resize(n);
-    std::vector<vk::Semaphore> sources(n);
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& c = ctx_[d];
-      c.device = &group_[d];
-      const vk::Device vkd = c.device->handle();
-      c.compute = Timeline(vkd);
-      c.transfer = Timeline(vkd);
-      c.download = Timeline(vkd);
-      c.abort = Timeline(vkd);
-      if (exportable_sources()) c.shared = Timeline(vkd, true);
-      c.merged = &c.device->compute_queue() == &c.device->transfer_queue();
-      (void)c.device->kernels();  // here, so a device that cannot bind them fails creation
-      // Resettable: without update-after-bind, kernel batches are recorded again per call.
-      vk::CommandPoolCreateInfo pool_info(vk::CommandPoolCreateFlagBits::eResetCommandBuffer, c.device->compute_queue().family());
-      detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.compute_pool), "vkCreateCommandPool");
-      if (c.device->transfer_queue().family() == c.device->compute_queue().family()) {
-        c.transfer_pool = c.compute_pool;
-      } else {
-        pool_info.queueFamilyIndex = c.device->transfer_queue().family();
-        detail::check(vkd.createCommandPool(&pool_info, nullptr, &c.transfer_pool), "vkCreateCommandPool");
-      }
-      sources[d] = exportable_sources() ? c.shared.handle() : c.transfer.handle();
-    }
+  void init() {
+    const auto sources = submitter_.init(exportable_sources());
     deferral_->owner = this;
     deferral_->flush = [](void* self) { static_cast<Communicator*>(self)->flush(); };
-    gather_.resize(n);
-    flushed_.resize(n);
-    pending_.reserve(8);
     sync_ = std::make_unique<Sync>(group_, std::span<const vk::Semaphore>(sources), options_.timeout,
                                    [h = health_](const Error& e) { h->fail(e); });
-    // By slot set, across generations: a set's index may be reused by a later generation
-    // (whose memory is new) but the relay's slots are the same memory whatever the
-    // generation, so a set waits for the last call of any generation that used its index.
-    slot_done_.assign(options_.max_slot_sets(), std::vector<std::uint64_t>(role_count * n, 0));
   }
 
   static bool is_relay(const PlanType& plan) { return takes_relay(plan.schedule); }
@@ -680,101 +329,9 @@ class Communicator {
     return is_relay(plan) ? options_.max_slot_sets() : plan.generation->depth();
   }
 
-  detail::RideCall ride_call(std::size_t d) const {
-    if (!last_call_rides(d)) throw Error(ErrorCode::invalid_argument, "the last call cannot ride in a host's command buffer");
-    const PlanType& plan = *last_plan_;
-    const Command& cmd = plan.schedule.devices[d].batches[0].commands[0];
-    Device& dev = group_[d];
-    detail::RideCall call;
-    call.pipeline = dev.kernels().pipeline(cmd.kernel, plan.schedule.wire);
-    call.set = plan.descriptor_sets[d][last_parity_];
-    call.args = cmd.args;
-    call.groups = kernel_groups(cmd.kernel, cmd.args.count, dev.capabilities().max_workgroups_x);
-    call.span = last_spans_[d];
-    call.slot_set = last_parity_;
-    call.done = plan.submits[d][last_parity_].signal_values[0];
-    return call;
-  }
-
-  detail::RideSites& sites(std::size_t d) {
-    if (ride_sites_.empty()) ride_sites_.resize(size());
-    if (!ride_sites_[d])
-      ride_sites_[d] = std::make_unique<detail::RideSites>(group_[d], *relay_, d, [this, d](std::uint64_t value) {
-        return reached_now(d, Role::compute, value);
-      });
-    return *ride_sites_[d];
-  }
-
-  // The relay's host side, made with its first call. Where the automatic choice took the
-  // relay and it cannot be made (its memory), calls go on without it; asked for, the
-  // call fails with nothing enqueued.
-  bool ensure_relay(std::size_t count) {
-    if (count * sizeof(float) > options_.relay_max_bytes)
-      throw Error(ErrorCode::invalid_argument, "the relay takes calls up to relay_max_bytes (" +
-                                                   std::to_string(options_.relay_max_bytes) + " bytes); this one has " +
-                                                   std::to_string(count * sizeof(float)));
-    if (relay_) return true;
-    try {
-      relay_ = std::make_unique<detail::RelayHub>(group_, relay_setup_.config, [h = health_](const Error& e) { h->fail(e); });
-      // A failure anywhere (a ticket's timeout, a lost device) ends the relay's calls at
-      // once: no kernel waits on, and no late sum reaches a buffer after the error.
-      health_->set_hook([hub = relay_.get()] { hub->abort(); });
-      // A host wait returns a relay call as done only where no kernel gave up on its sum.
-      health_->set_verify([hub = relay_.get()] { hub->verify(); });
-    } catch (const Error& e) {
-      if (relay_setup_.asked) throw;
-      log(LogLevel::warning, std::string("the relay is unavailable (") + e.what() + "); small calls take OneShot");
-      relay_setup_.off = true;
-      return false;
-    }
-    return true;
-  }
-
-  // The relay's self-test, where the relay may be used at all (chosen automatically or
-  // asked for). Failed, the automatic choice keeps to OneShot (logged at info: which
-  // device, its driver, what was not seen); asked for, the communicator is refused with
-  // the reason, as TPAR_SYNC=native is where NativeImport's fails.
-  void test_relay() {
-    if (!relay_setup_.needs_test()) return;
-    try {
-      relay_test_ = detail::relay_self_test(group_, detail::relay_self_test_plan(relay_setup_), relay_leftovers_);
-    } catch (const Error& e) {
-      if (relay_setup_.asked) throw;
-      relay_test_ = {};
-      relay_test_.ran = true;
-      relay_test_.reason = std::string("the relay's self-test could not run (") + e.what() + ")";
-      relay_setup_.off = true;
-      log(LogLevel::warning, relay_test_.reason + "; calls that would take the relay take OneShot");
-      return;
-    }
-    if (relay_test_.passed) return;
-    if (relay_setup_.asked)
-      throw detail::RelayRefusal(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + relay_test_.reason);
-    relay_setup_.off = true;
-    log(LogLevel::info, relay_test_.reason + "; calls that would take the relay take OneShot" +
-                            (relay_test_.conclusive ? std::string(" (TPAR_ALGO=relay is refused on these devices)")
-                                                    : std::string(" for this communicator (not a verdict: the next one tests again)")));
-  }
-
   static constexpr bool exportable_sources() {
     if constexpr (requires { Sync::exports_sources; }) return Sync::exports_sources;
     else return false;
-  }
-
-  void validate(std::span<const BufferSpan> spans, const AllreduceArgs& args) const { detail::validate_call(group_, spans, args); }
-
-  Ticket noop_ticket(const AllreduceArgs& args) {
-    std::vector<TimelinePoint> done(size());
-    std::vector<Ticket::DeviceWait> waits(size());
-    for (std::size_t d = 0; d < size(); ++d) {
-      auto& c = ctx_[d];
-      // (A ready point in the compute queue's order may be signalled by nothing: the host
-      // signals it only for calls that need it. tpar's last point is as good there.)
-      if (!args.ready.empty() && args.ready[d].semaphore && !args.ready_on_compute_queue) done[d] = args.ready[d];
-      else done[d] = {c.compute.handle(), c.submitted[0]};
-      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}, c.abort.handle()};
-    }
-    return Ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
   }
 
   // The plan for a call of `rq`: the cache's, or built once (Algo::build) and made for
@@ -785,12 +342,12 @@ class Communicator {
     std::optional<Schedule> built;
     if (!found) {
       built = Algo::build(rq);
-      if (takes_relay(*built) && !ensure_relay(rq.count)) {
+      if (takes_relay(*built) && !relay_.ensure(group_, rq.count, options_, health_)) {
         ScheduleRequest without = rq;
         without.relay_automatic = false;
         built = Algo::build(without);
       }
-      check_bindable(*built);
+      detail::check_bindable(group_, *built);
     }
     if (cache_.needs_generation(found ? found->schedule : *built)) {
       if (found) built = found->schedule;  // the plans retire, their schedules stand: not built again
@@ -798,626 +355,16 @@ class Communicator {
       const auto began = std::chrono::steady_clock::now();
       auto fresh = std::make_shared<Generation>(group_, cache_.host_capacity(), options_.depth_for(cache_.host_capacity()),
                                                 cache_.scratch_capacity());
-      cache_.renew(std::move(fresh), submitted_values(), std::chrono::steady_clock::now() - began);
+      cache_.renew(std::move(fresh), submitter_.submitted_values(), std::chrono::steady_clock::now() - began);
       last_plan_ = nullptr;  // it retired with the others
     }
     if (found) return *found;
     const auto began = std::chrono::steady_clock::now();
-    auto made = make_plan(std::move(key), std::move(*built));
+    const std::uint32_t sets = takes_relay(*built) ? options_.max_slot_sets() : cache_.generation()->depth();
+    auto made = detail::make_plan(group_, submitter_.ctx(), cache_.generation(), std::move(key), std::move(*built), sets, relay_.hub());
     const auto inserted = cache_.insert(std::move(made), std::chrono::steady_clock::now() - began);
     if (inserted.retired && inserted.retired == last_plan_) last_plan_ = nullptr;
     return inserted.plan;
-  }
-
-  // Throws Error(unsupported) where `schedule` needs a binding larger than a device
-  // allows (maxStorageBufferRange), with what would help.
-  void check_bindable(const Schedule& built) const {
-    std::uint64_t scratch_need = 0;
-    for (auto x : built.scratch_bytes) scratch_need = std::max(scratch_need, x);
-    for (std::size_t d = 0; d < size(); ++d) {
-      if (kernel_host_traffic(built.wire, built.devices[d]).to_host &&
-          built.host_bytes[d] > group_[d].capabilities().max_storage_buffer_range)
-        throw Error(ErrorCode::unsupported,
-                    std::string(built.algorithm) + " publishes " + std::to_string(built.host_bytes[d]) +
-                        " bytes of host staging from a kernel, more than device " + std::to_string(d) +
-                        " can bind (maxStorageBufferRange); use ChunkedRing (TPAR_ALGO=ring) for tensors this large");
-      // Every other algorithm's scratch grows with the tensor, the ring's with its pieces
-      // only; and the ring already took the most pieces and the fewest lanes that fit
-      // (max_scratch_bytes), so only a smaller call helps it.
-      if (scratch_need > group_[d].capabilities().max_storage_buffer_range)
-        throw Error(ErrorCode::unsupported,
-                    std::string(built.algorithm) + " needs " + std::to_string(scratch_need) +
-                        " bytes of scratch for this call, more than device " + std::to_string(d) +
-                        " can bind (maxStorageBufferRange)" +
-                        (built.scratch_per_piece ? " even with " + std::to_string(max_pieces_per_chunk) +
-                                                       " pieces a chunk on one lane; reduce the tensor in smaller calls"
-                                                 : "; use ChunkedRing (TPAR_ALGO=ring) for tensors this large"));
-    }
-  }
-
-  std::unique_ptr<PlanType> make_plan(detail::PlanKey key, Schedule schedule) {
-    const std::size_t n = size();
-    auto plan = std::make_unique<PlanType>();
-    plan->key = std::move(key);
-    plan->schedule = std::move(schedule);
-    const auto& generation = cache_.generation();
-    plan->generation = generation;
-    plan->descriptor_pools.assign(n, nullptr);
-    const std::uint32_t sets = slot_sets(*plan);
-    plan->descriptor_sets.assign(n, std::vector<vk::DescriptorSet>(sets));
-    plan->submits.resize(n);
-    for (auto& s : plan->submits) s.resize(sets);
-    for (auto& use : plan->last_use) use.assign(n, 0);
-    try {
-      for (std::size_t d = 0; d < n; ++d) {
-        const vk::Device vkd = group_[d].handle();
-        // One set per parity: binding 0 (the call's buffer) is written by every call, and
-        // a parity's set is never in use then (its last call finished: wait_for_slot_set).
-        const KernelSet& kernels = group_[d].kernels();
-        const std::uint32_t depth = sets;
-        vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, kernel_storage_buffers * depth);
-        vk::DescriptorPoolCreateInfo pool_info({}, depth, 1, &pool_size);
-        if (kernels.update_after_bind()) pool_info.flags = vk::DescriptorPoolCreateFlagBits::eUpdateAfterBind;
-        detail::check(vkd.createDescriptorPool(&pool_info, nullptr, &plan->descriptor_pools[d]), "vkCreateDescriptorPool");
-        const std::vector<vk::DescriptorSetLayout> layouts(depth, kernels.set_layout());
-        vk::DescriptorSetAllocateInfo set_info(plan->descriptor_pools[d], depth, layouts.data());
-        detail::check(vkd.allocateDescriptorSets(&set_info, plan->descriptor_sets[d].data()), "vkAllocateDescriptorSets");
-        // Binding 2: this device's own host staging for the parity's call, where kernels
-        // that publish write; plans that do not publish from a kernel get the scratch
-        // there, as every binding must hold a valid buffer.
-        // The scratch may have grown past what any plan addresses (Capacity's headroom),
-        // beyond what one binding may span: bind at most maxStorageBufferRange of it.
-        const vk::DeviceSize range_limit = group_[d].capabilities().max_storage_buffer_range;
-        const vk::DescriptorBufferInfo scratch(generation->scratch(d), 0,
-                                               generation->scratch_bytes() > range_limit ? range_limit : VK_WHOLE_SIZE);
-        const bool relay = is_relay(*plan);  // bindings 1 and 2: the device's slot and publish area
-        const HostTraffic traffic = kernel_host_traffic(plan->schedule.wire, plan->schedule.devices[d]);
-        const bool publishes = traffic.to_host > 0 && n > 1;
-        const std::uint64_t host_range = std::max<std::uint64_t>(plan->schedule.host_bytes[d], 4);
-        const bool reads_peers = traffic.from_host > 0;
-        for (std::uint32_t parity = 0; parity < depth; ++parity) {
-          const vk::DescriptorBufferInfo host =
-              relay       ? relay_->publish(d, parity)
-              : publishes ? vk::DescriptorBufferInfo(generation->host_buffer(d, d), generation->slot_offset(parity), host_range)
-                          : scratch;
-          const vk::DescriptorBufferInfo second = relay ? relay_->slot(d, parity) : scratch;
-          // Binding 3: the peers' host staging for this parity, for kernels that read it in
-          // place (OneShot's direct sum); the scratch stands in for every other entry.
-          std::array<vk::DescriptorBufferInfo, max_direct_peers> peers;
-          for (std::uint32_t j = 0; j < max_direct_peers; ++j) {
-            const bool peer = reads_peers && j < n && j != d && plan->schedule.host_bytes[j] > 0;
-            peers[j] = peer ? vk::DescriptorBufferInfo(generation->host_buffer(d, j), generation->slot_offset(parity),
-                                                       plan->schedule.host_bytes[j])
-                            : scratch;
-          }
-          const std::array<vk::WriteDescriptorSet, 3> writes{
-              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &second),
-              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 2, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host),
-              vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 3, 0, max_direct_peers, vk::DescriptorType::eStorageBuffer,
-                                     nullptr, peers.data())};
-          vkd.updateDescriptorSets(static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
-        }
-      }
-    } catch (...) {
-      plan->destroy(ctx_);
-      throw;
-    }
-    plan->final_compute.assign(n, ~0u);
-    plan->kernel_batches.assign(n, {});
-    plan->sole_queue.assign(n, nullptr);
-    plan->role_counts.assign(n, {});
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& batches = plan->schedule.devices[d].batches;
-      for (std::size_t r = 0; r < role_count; ++r) plan->role_counts[d][r] = plan->schedule.devices[d].count(static_cast<Role>(r));
-      auto& c = ctx_[d];
-      auto queue_for = [&](const Batch& b) -> const Queue* { return &c.queue(c.merged ? Role::compute : queue_of(b)); };
-      if (!batches.empty() && std::all_of(batches.begin(), batches.end(), [&](const Batch& b) { return queue_for(b) == queue_for(batches[0]); }))
-        plan->sole_queue[d] = queue_for(batches[0]);
-      std::uint32_t k = 0;
-      for (std::size_t b = 0; b < batches.size(); ++b) {
-        if (batches[b].role == Role::compute) plan->final_compute[d] = k++;
-        if (detail::binds_caller_buffer(batches[b])) plan->kernel_batches[d].push_back(static_cast<std::uint32_t>(b));
-      }
-    }
-    plan->per_device = splits_per_device(*plan);
-    plan->waits_on_host_only = true;
-    for (std::size_t d = 0; d < size(); ++d)
-      for (const Batch& b : plan->schedule.devices[d].batches)
-        for (const BatchRef& ref : b.waits) plan->waits_on_host_only &= ref.device == d;
-    return plan;
-  }
-
-  // Plan::per_device for a plan just made.
-  bool splits_per_device(const PlanType& plan) const {
-    const std::size_t n = size();
-    if (is_relay(plan)) return false;  // the relay's thread serves a call once all of it is on the queues
-    const auto& devs = plan.schedule.devices;
-    std::vector<std::size_t> leading(n, 0);
-    for (std::size_t d = 0; d < n; ++d) {
-      if (!devs[d].batches.empty() && plan.sole_queue[d] != &group_[d].compute_queue()) return false;
-      const auto& batches = devs[d].batches;
-      auto waits_on_peer = [&](const Batch& b) {
-        return b.wait_relay || std::any_of(b.waits.begin(), b.waits.end(), [&](const BatchRef& r) { return r.device != d; });
-      };
-      while (leading[d] < batches.size() && !waits_on_peer(batches[leading[d]])) ++leading[d];
-    }
-    for (std::size_t d = 0; d < n; ++d)
-      for (const Batch& b : devs[d].batches)
-        for (const BatchRef& ref : b.waits) {
-          if (ref.device == d) continue;
-          const auto& theirs = devs[ref.device].batches;
-          std::uint32_t seen = 0;
-          for (std::size_t i = 0; i < theirs.size(); ++i)
-            if (theirs[i].role == ref.role && seen++ == ref.index) {
-              if (i >= leading[ref.device]) return false;
-              break;
-            }
-        }
-    return true;
-  }
-
-  // Blocks (bounded) until every device finished the call that last used slot set `parity`.
-  // Where that means blocking, it waits for the call that last used the set needed
-  // depth/2 - 1 calls from now, so that the calls in between find theirs free: one
-  // blocking wait (a sleep and a wake-up in the driver) per depth/2 calls rather than one
-  // per call, with depth/2 calls or more still queued for the GPU.
-  void wait_for_slot_set(std::uint32_t parity, std::uint32_t depth) {
-    const std::size_t n = size();
-    const auto& need = slot_done_[parity];
-    auto reached = [&] {
-      for (std::size_t d = 0; d < n; ++d)
-        for (std::size_t r = 0; r < role_count; ++r)
-          if (ctx_[d].completed[r] < need[r * n + d]) return false;
-      return true;
-    };
-    if (reached()) return;
-    // What the GPUs reached since the cache was last brought up to date (usually all of
-    // it: the call that last used the set is long done), without waking anyone.
-    for (std::size_t d = 0; d < n; ++d)
-      for (std::size_t r = 0; r < role_count; ++r) (void)reached_now(d, static_cast<Role>(r), need[r * n + d]);
-    if (reached()) return;
-    const std::uint32_t ahead = std::max<std::uint32_t>(1, depth / 2) - 1;
-    auto span = Trace::instance().span("tpar slot wait");
-    wait_values(slot_done_[(parity + ahead) % depth], "the call that last used this staging slot set");
-    // The set itself: reached already where sets went round in order, not always across
-    // a change of generation (a set's index may have been used later than the one ahead).
-    wait_values(slot_done_[parity], "the call that last used this staging slot set");
-  }
-
-  // Whether device d's timeline of role r reached `value`, asking the driver (without
-  // waiting) only where the cache of what it reached says not yet.
-  bool reached_now(std::size_t d, Role r, std::uint64_t value) {
-    auto& c = ctx_[d];
-    std::uint64_t& done = c.completed[static_cast<int>(r)];
-    if (done >= value) return true;
-    std::uint64_t now = 0;
-    if (c.device->handle().getSemaphoreCounterValue(c.timeline(r).handle(), &now) == vk::Result::eSuccess)
-      done = std::max(done, now);
-    return done >= value;
-  }
-
-  void wait_values(const std::vector<std::uint64_t>& need, const std::string& what) {
-    const std::size_t n = size();
-    if (before_wait_) before_wait_();
-    // A value that only a deferred call signals: submit them first.
-    for (std::size_t d = 0; d < n && !pending_.empty(); ++d)
-      for (std::size_t r = 0; r < role_count; ++r)
-        if (need[r * n + d] > ctx_[d].queued[r]) {
-          flush();
-          break;
-        }
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& c = ctx_[d];
-      // Only the timelines not yet seen there (the download timeline of a plan without
-      // downloads never is): a wait on fewer semaphores is cheaper for the driver.
-      vk::Semaphore sems[role_count];
-      std::uint64_t values[role_count];
-      std::size_t m = 0;
-      for (std::size_t r = 0; r < role_count; ++r)
-        if (c.completed[r] < need[r * n + d]) {
-          sems[m] = c.timeline(static_cast<Role>(r)).handle();
-          values[m++] = need[r * n + d];
-        }
-      if (!m) continue;
-      const detail::WaitOutcome end =
-          detail::wait_or_abort(c.device->handle(), std::span(sems, m), std::span(values, m), c.abort.handle(), options_.timeout);
-      if (end.aborted) throw failure().value_or(Error(ErrorCode::aborted, "the communicator was aborted"));
-      const vk::Result r = end.result;
-      if (r != vk::Result::eSuccess) {
-        const Error e(r == vk::Result::eTimeout ? ErrorCode::timeout : detail::code_for(r),
-                      "device " + std::to_string(d) + " did not finish " + what + " within the timeout (" + vk::to_string(r) +
-                          "): " + progress(),
-                      r);
-        health_->fail(e);
-        sync_->release_waiters();
-        if (relay_) relay_->abort();
-        throw e;
-      }
-      for (std::size_t k = 0; k < role_count; ++k) c.completed[k] = std::max(c.completed[k], need[k * n + d]);
-    }
-  }
-
-  // `relay_call`: the relay's number for this call (0: not a relay call), what its collect
-  // batches wait for.
-  Ticket submit(PlanType& plan, std::uint32_t parity, const AllreduceArgs& args, std::uint64_t relay_call) {
-    const std::size_t n = size();
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& sub = plan.submits[d][parity];
-      auto& c = ctx_[d];
-      // Waits on the device's own timelines are left out where this call and the last run
-      // all their batches on one queue, the same: each batch starts with a full barrier,
-      // which orders it after everything submitted to that queue before it. A driver's
-      // vkQueueSubmit costs more per wait (docs/PERFORMANCE.md).
-      const Queue* sole = plan.sole_queue[d];
-      const bool own_ordered = sole && c.sole_queue == sole;
-      const auto& batches = plan.schedule.devices[d].batches;
-      for (std::size_t b = 0; b < sub.batch_waits.size(); ++b) {
-        auto& bw = sub.batch_waits[b];
-        // The caller's ready point in queue order on the compute queue: a batch there
-        // follows it (and tpar's previous call) by submission order and its leading barrier.
-        const bool queue_ordered = args.ready_on_compute_queue && (c.merged || queue_of(batches[b]) == Role::compute);
-        std::uint32_t k = bw.first;
-        for (std::uint32_t w = bw.first; w < bw.first + bw.count; ++w) {
-          const auto& rule = sub.wait_rules[w];
-          vk::Semaphore semaphore = rule.semaphore;
-          std::uint64_t value = 0;
-          switch (rule.kind) {
-            case detail::WaitRule::Kind::ready:
-              if (queue_ordered) continue;
-              if (!args.ready.empty() && args.ready[d].semaphore) {
-                semaphore = args.ready[d].semaphore;
-                value = args.ready[d].value;
-              } else {
-                if (own_ordered) continue;
-                semaphore = c.compute.handle();
-                value = c.submitted[0];
-              }
-              break;
-            case detail::WaitRule::Kind::previous_call:
-              if (own_ordered) continue;
-              value = c.submitted[1];
-              break;
-            case detail::WaitRule::Kind::previous_compute:
-              if (own_ordered) continue;
-              value = c.submitted[0];
-              break;
-            case detail::WaitRule::Kind::batch:
-              if (rule.own && sole) continue;  // an earlier batch of this call, on the same queue
-              value = ctx_[rule.ref.device].submitted[static_cast<int>(rule.ref.role)] + rule.ref.index + 1;
-              break;
-            case detail::WaitRule::Kind::relay:
-              value = relay_call;
-              break;
-          }
-          if (value == 0) continue;  // a timeline starts at 0: nothing to wait for (a first call)
-          sub.wait_semaphores[k] = semaphore;
-          sub.wait_values[k++] = value;
-        }
-        bw.info->waitSemaphoreCount = bw.timeline_info->waitSemaphoreValueCount = k - bw.first;
-      }
-      c.sole_queue = sole;
-      for (std::size_t s = 0; s < sub.signal_rules.size(); ++s)
-        if (sub.signal_semaphores[s])
-          sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;
-    }
-    for (std::size_t d = 0; d < n; ++d) plan.submits[d][parity].transfer_base = ctx_[d].submitted[1];
-    pending_.push_back({&plan, parity, relay_call});
-    std::vector<TimelinePoint> done(n);
-    std::vector<Ticket::DeviceWait> waits(n);
-    auto& slot = slot_done_[parity];
-    for (std::size_t d = 0; d < n; ++d) {
-      auto& c = ctx_[d];
-      const std::uint64_t compute_base = c.submitted[0];
-      for (std::size_t r = 0; r < role_count; ++r) c.submitted[r] += plan.role_counts[d][r];
-      if (plan.final_compute[d] != ~0u) done[d] = {c.compute.handle(), compute_base + plan.final_compute[d] + 1};
-      else if (!args.ready.empty() && args.ready[d].semaphore && !args.ready_on_compute_queue) done[d] = args.ready[d];
-      else done[d] = {c.compute.handle(), compute_base};
-      // Every download is followed by a compute batch that waits for it, so the ticket's
-      // compute and upload points cover the downloads too.
-      waits[d] = {c.device->handle(), {c.compute.handle(), c.transfer.handle()}, {c.submitted[0], c.submitted[1]}, c.abort.handle()};
-      for (std::size_t r = 0; r < role_count; ++r) slot[r * n + d] = plan.last_use[r][d] = c.submitted[r];
-    }
-    ++calls_;
-    Ticket ticket(std::move(done), std::move(waits), health_, options_.timeout, deferral_, calls_);
-    if (!args.defer) flush();
-    return ticket;
-  }
-
-  // Hands device d's share of the deferred calls to its queues: one vkQueueSubmit per
-  // queue, the batches in call order (a queue takes its batches in submission order, so a
-  // later call's batch must never go ahead of an earlier one's on the same queue), those
-  // that wait on nothing folded into the one before (detail::MergedBatches).
-  void submit_pending(std::size_t d) {
-    auto& c = ctx_[d];
-    auto submit_to = [&](Queue& q, std::span<const vk::SubmitInfo> infos) {
-      if (infos.empty()) return;
-      std::size_t reached = 0;
-      const vk::Result r = q.submit(infos, {}, &reached);
-      flushed_[d].push_back({infos, reached});
-      if (r != vk::Result::eSuccess) {
-        const Error e(detail::code_for(r), "vkQueueSubmit on device " + std::to_string(d) + ": " + vk::to_string(r), r);
-        health_->fail(e);
-        throw e;
-      }
-    };
-    if (pending_.size() == 1) {
-      for (const auto& g : pending_[0].plan->submits[d][pending_[0].parity].groups) submit_to(c.queue(g.role), g.infos);
-    } else {
-      Queue* queues[role_count] = {};
-      std::size_t used = 0;
-      for (auto& batches : gather_[d]) batches.clear();
-      for (const auto& p : pending_)
-        for (const auto& g : p.plan->submits[d][p.parity].groups) {
-          Queue* q = &c.queue(g.role);
-          std::size_t k = 0;
-          while (k < used && queues[k] != q) ++k;
-          if (k == used) queues[used++] = q;
-          for (const auto& info : g.infos) gather_[d][k].add(info);
-        }
-      for (std::size_t k = 0; k < used; ++k) submit_to(*queues[k], gather_[d][k].build());
-    }
-    std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
-  }
-
-  // The pending calls' batches reached the queues (flush(), or the host's submission
-  // that carried them): only now tell the sync policy what the queues wait for, so that
-  // no value is signalled to a device before its wait on that value was submitted; and
-  // the relay's thread serves a call only once its batches are on the queues.
-  void pending_on_queues() {
-    const std::size_t n = size();
-    for (const auto& p : pending_)
-      for (std::size_t d = 0; d < n; ++d)
-        for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
-          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
-    std::uint64_t relay_calls = 0;
-    for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
-    if (relay_calls) relay_->submitted(relay_calls);
-    pending_.clear();
-  }
-
-  // They never will: release what they hold, and end the relay's calls.
-  void drop_pending() {
-    abandon_pending();
-    pending_.clear();
-    if (relay_) relay_->abort();
-  }
-
-  // After a vkQueueSubmit failed part-way through flush(): the batches that reached a
-  // queue may wait on values that only the batches that did not would have signalled
-  // (a peer's uploads, this device's other queue). The sync policy releases its waiters,
-  // and those values are signalled from the host, each once the GPU reached the value
-  // before it (a host signal may not pass a signal still pending on the GPU), so that
-  // every queue drains, bounded by the timeout. The communicator is failed already; the
-  // calls' buffers hold undefined values.
-  void abandon_pending() noexcept {
-    try {
-      const std::size_t n = size();
-      for (const auto& p : pending_)
-        for (std::size_t d = 0; d < n; ++d)
-          for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
-            sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
-      sync_->release_waiters();
-      struct Owed {
-        vk::Device device;
-        vk::Semaphore semaphore;
-        std::vector<std::uint64_t> values;  // signalled by no batch that reached a queue
-      };
-      std::vector<Owed> owed;
-      for (std::size_t d = 0; d < n; ++d) {
-        auto& c = ctx_[d];
-        // Each semaphore the batches that reached this device's queues signal, with the
-        // highest value (a queue's values rise in its order): those the GPU signals.
-        std::vector<std::pair<vk::Semaphore, std::uint64_t>> on_gpu;
-        for (const auto& f : flushed_[d])
-          for (const auto& info : f.infos.first(f.reached)) {
-            const auto& ti = *static_cast<const vk::TimelineSemaphoreSubmitInfo*>(info.pNext);
-            for (std::uint32_t k = 0; k < info.signalSemaphoreCount; ++k) {
-              auto it = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const auto& e) { return e.first == info.pSignalSemaphores[k]; });
-              if (it == on_gpu.end()) on_gpu.emplace_back(info.pSignalSemaphores[k], ti.pSignalSemaphoreValues[k]);
-              else it->second = std::max(it->second, ti.pSignalSemaphoreValues[k]);
-            }
-          }
-        for (const auto& p : pending_)
-          for (const auto& g : p.plan->submits[d][p.parity].groups)
-            for (std::size_t k = 0; k < g.infos.size(); ++k)
-              for (std::uint32_t i = 0; i < g.infos[k].signalSemaphoreCount; ++i) {
-                const vk::Semaphore sem = g.infos[k].pSignalSemaphores[i];
-                const std::uint64_t value = g.timeline_infos[k].pSignalSemaphoreValues[i];
-                const auto gpu = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const auto& e) { return e.first == sem; });
-                if (gpu != on_gpu.end() && value <= gpu->second) continue;  // a batch on a queue signals it
-                auto it = std::find_if(owed.begin(), owed.end(), [&](const Owed& o) { return o.semaphore == sem; });
-                if (it == owed.end()) it = owed.insert(owed.end(), {c.device->handle(), sem, {}});
-                it->values.push_back(value);
-              }
-      }
-      for (auto& o : owed) std::sort(o.values.begin(), o.values.end());
-      const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-      bool left = !owed.empty();
-      while (left && std::chrono::steady_clock::now() < deadline) {
-        left = false;
-        bool advanced = false;
-        for (auto& o : owed) {
-          if (o.values.empty()) continue;
-          std::uint64_t now = 0;
-          if (o.device.getSemaphoreCounterValue(o.semaphore, &now) != vk::Result::eSuccess) {
-            o.values.clear();  // the device is lost: nothing waits on it any more
-            continue;
-          }
-          if (now + 1 < o.values.front()) {
-            left = true;  // the GPU has not reached the value before it yet
-            continue;
-          }
-          std::size_t last = 0;  // the run of owed values that follows
-          while (last + 1 < o.values.size() && o.values[last + 1] == o.values[last] + 1) ++last;
-          const vk::SemaphoreSignalInfo info(o.semaphore, o.values[last]);
-          if (o.values[last] > now && o.device.signalSemaphore(&info) != vk::Result::eSuccess) {
-            o.values.clear();
-            continue;
-          }
-          o.values.erase(o.values.begin(), o.values.begin() + static_cast<std::ptrdiff_t>(last) + 1);
-          left |= !o.values.empty();
-          advanced = true;
-        }
-        if (left && !advanced) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      if (left)
-        log(LogLevel::error, "a failed submission left batches on the GPU that did not drain within the timeout: " + progress());
-      for (auto& c : ctx_) std::copy(std::begin(c.submitted), std::end(c.submitted), std::begin(c.queued));
-    } catch (const std::exception& e) {
-      log(LogLevel::error, std::string("releasing the batches of a failed submission: ") + e.what());
-    }
-  }
-
-  // Each device's timelines against what was submitted, and the sync policy's state:
-  // what a person needs to see where a stall is.
-  std::string progress() const {
-    std::string out;
-    for (std::size_t d = 0; d < ctx_.size(); ++d) {
-      const auto& c = ctx_[d];
-      std::uint64_t v[role_count] = {};
-      for (std::size_t r = 0; r < role_count; ++r)
-        (void)c.device->handle().getSemaphoreCounterValue(c.timeline(static_cast<Role>(r)).handle(), &v[r]);
-      out += (d ? "; device " : "device ") + std::to_string(d) + " compute " + std::to_string(v[0]) + "/" +
-             std::to_string(c.submitted[0]) + " uploads " + std::to_string(v[1]) + "/" + std::to_string(c.submitted[1]);
-      if (c.submitted[2]) out += " downloads " + std::to_string(v[2]) + "/" + std::to_string(c.submitted[2]);
-    }
-    if constexpr (requires(const Sync& s) { s.describe(); }) out += sync_->describe();
-    out += pending_batches();
-    return out;
-  }
-
-  // For each device and queue, the first submitted batch not yet signalled and what it
-  // waits for: each semaphore's value needed against where it stands now.
-  std::string pending_batches() const {
-    const std::size_t n = ctx_.size();
-    std::string out;
-    for (std::size_t d = 0; d < n; ++d) {
-      const auto& c = ctx_[d];
-      const vk::Device vkd = c.device->handle();
-      auto value_of = [&](vk::Semaphore s) {
-        std::uint64_t v = 0;
-        (void)vkd.getSemaphoreCounterValue(s, &v);
-        return v;
-      };
-      auto name_of = [&](vk::Semaphore s) -> std::string {
-        if (s == c.compute.handle()) return "compute";
-        if (s == c.transfer.handle()) return "uploads";
-        if (s == c.download.handle()) return "downloads";
-        for (std::size_t j = 0; j < n; ++j)
-          if (j != d && s == sync_->wait_semaphore(static_cast<std::uint32_t>(d), static_cast<std::uint32_t>(j))) {
-            std::string peer = "device ";
-            peer += std::to_string(j);
-            peer += "'s uploads";
-            return peer;
-          }
-        return "a ready point";
-      };
-      for (std::size_t r = 0; r < role_count; ++r) {
-        const vk::Semaphore own = c.timeline(static_cast<Role>(r)).handle();
-        const std::uint64_t now = value_of(own);
-        const vk::SubmitInfo* first = nullptr;
-        const vk::TimelineSemaphoreSubmitInfo* first_ti = nullptr;
-        std::uint64_t first_value = ~std::uint64_t{0};
-        auto scan = [&](const PlanType& plan) {
-          if (d >= plan.submits.size()) return;
-          for (const auto& sub : plan.submits[d])
-            for (const auto& g : sub.groups)
-              for (std::size_t k = 0; k < g.infos.size(); ++k) {
-                const auto& info = g.infos[k];
-                const auto& ti = g.timeline_infos[k];
-                if (!info.signalSemaphoreCount || info.pSignalSemaphores[0] != own) continue;
-                const std::uint64_t v = ti.pSignalSemaphoreValues[0];
-                if (v > now && v <= c.submitted[r] && v < first_value) {
-                  first_value = v;
-                  first = &info;
-                  first_ti = &ti;
-                }
-              }
-        };
-        cache_.for_each_plan(scan);
-        if (!first) continue;
-        out += "; device ";
-        out += std::to_string(d);
-        out += r == 0 ? " compute" : r == 1 ? " uploads" : " downloads";
-        out += " batch ";
-        out += std::to_string(first_value);
-        out += " waits:";
-        for (std::uint32_t w = 0; w < first->waitSemaphoreCount; ++w) {
-          out += ' ';
-          out += name_of(first->pWaitSemaphores[w]);
-          out += ' ';
-          out += std::to_string(first_ti->pWaitSemaphoreValues[w]);
-          out += " (at ";
-          out += std::to_string(value_of(first->pWaitSemaphores[w]));
-          out += ')';
-        }
-      }
-    }
-    return out;
-  }
-
-  std::vector<std::uint64_t> submitted_values() const {
-    const std::size_t n = size();
-    std::vector<std::uint64_t> v(role_count * n);
-    for (std::size_t d = 0; d < n; ++d)
-      for (std::size_t r = 0; r < role_count; ++r) v[r * n + d] = ctx_[d].submitted[r];
-    return v;
-  }
-
-  // Waits up to `timeout` for everything submitted to finish.
-  bool drain(std::chrono::nanoseconds timeout) {
-    if (before_wait_) {
-      try {
-        before_wait_();
-      } catch (const std::exception& e) {
-        log(LogLevel::error, std::string("submitting what the host held of tpar's calls: ") + e.what());
-      }
-    }
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (auto& c : ctx_) {
-      const vk::Semaphore sems[role_count] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
-      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-      if (tpar::wait(c.device->handle(), sems, c.queued, left) != vk::Result::eSuccess) return false;
-    }
-    return true;
-  }
-
-  // Waits up to `timeout` until the driver is through with every batch submitted so far
-  // to the queues tpar uses: an empty submission with a fence on each, waited for. That a
-  // batch signalled is not enough before destroying the semaphores it waited on: Mesa's
-  // common queue code (lavapipe, and drivers that emulate timelines with it) releases the
-  // timeline points a batch waited on after the batch signalled, on its submit thread,
-  // writing into the semaphore; destroyed meanwhile, that was heap corruption (a SIGSEGV
-  // at the end of a test under load). Each queue's submissions are taken in order, so
-  // once the fence signals, the earlier batches (ours, and the host's that waited on our
-  // done points) are through.
-  bool settle(std::chrono::nanoseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (auto& c : ctx_) {
-      const vk::Device vkd = c.device->handle();
-      Queue* queues[role_count] = {&c.device->compute_queue(), &c.device->transfer_queue(), &c.queue(Role::download)};
-      const std::size_t used = c.merged ? 1 : c.submitted[2] && queues[2] != queues[1] ? 3 : 2;
-      for (Queue* q : std::span(queues, used)) {
-        vk::Fence fence;
-        const vk::FenceCreateInfo info;
-        if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) return false;
-        if (q->submit({}, fence) != vk::Result::eSuccess) {
-          vkd.destroyFence(fence);
-          return false;
-        }
-        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-        if (vkd.waitForFences(1, &fence, VK_TRUE, static_cast<std::uint64_t>(std::max<std::int64_t>(left.count(), 0))) !=
-            vk::Result::eSuccess) {
-          unsettled_.push_back({vkd, fence});  // still queued: destroyed once a later fence on the queue signals
-          return false;
-        }
-        vkd.destroyFence(fence);
-      }
-    }
-    // Every queue is through, so the fences of an earlier attempt signalled too.
-    for (auto [vkd, fence] : unsettled_) vkd.destroyFence(fence);
-    unsettled_.clear();
-    return true;
   }
 
   void release_all() { take_held().reset(); }
@@ -1426,39 +373,16 @@ class Communicator {
   Options options_;
   std::shared_ptr<detail::Health> health_;
   std::shared_ptr<detail::Deferral> deferral_;  // shared with the tickets
-  struct Pending {
-    PlanType* plan;
-    std::uint32_t parity;
-    std::uint64_t relay;  // the relay's number for the call, or 0
-  };
-  std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
-  std::vector<std::array<detail::MergedBatches, role_count>> gather_;  // by device, queue: flush()'s batches
-  // By device: the batches this flush() handed each queue, and how many of them reached
-  // it (all, or those before a vkQueueSubmit that failed), for abandon_pending(). The
-  // batches are the plan's or gather_'s, valid until the flush returns.
-  struct Flushed {
-    std::span<const vk::SubmitInfo> infos;
-    std::size_t reached = 0;
-  };
-  std::vector<std::vector<Flushed>> flushed_;
-  std::vector<detail::DeviceContext> ctx_;
-  std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
   std::unique_ptr<Sync> sync_;
-  detail::RelaySetup relay_setup_;
-  std::unique_ptr<detail::RelayHub> relay_;  // made by the first relay call
-  RelaySelfTest relay_test_;
-  std::unique_ptr<detail::RelaySelfTestLeftovers> relay_leftovers_;  // self-test kernels still running
+  detail::CommRelay relay_;  // its setup and self-test; its host side, made by the first relay call
   bool last_was_relay_ = false;               // whether the last call took the relay
   detail::PlanCache<Generation> cache_;  // plans, the staging generation, its capacities
-  std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
-  std::uint64_t calls_ = 0;
+  detail::Submitter<Sync, Generation> submitter_{group_, options_, health_, deferral_, sync_, relay_, cache_};
   CallInfo last_call_;
   PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())
   std::uint32_t last_parity_ = 0;
   std::vector<BufferSpan> last_spans_;                         // the last call's spans (for a ride)
-  std::vector<std::unique_ptr<detail::RideSites>> ride_sites_;  // by device, made by the first site
-  std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
-  std::atomic<bool> aborted_{false};   // abort() was called (from any thread)
+  detail::CommunicatorPort<Communicator> port_{*this};
 };
 
 // The relay's self-test on `group`, as a communicator with `options` and the relay asked

@@ -202,7 +202,7 @@ class Stream {
   }
 
   // For StreamAllreduce: what records a waiting call into a host's command buffer
-  // (Communicator::record_ride, bind_site, forget_site for this stream's device).
+  // (StreamPort::record_ride, bind_site, forget_site for this stream's device).
   struct Rider {
     std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool, const RideBeside&)> record;  // (cb, keep, ordered, beside)
     std::function<bool(std::uint64_t)> bind;
@@ -492,12 +492,12 @@ class StreamAllreduce {
     if (comm_.options().relay_ride)
       for (std::size_t d = 0; d < streams_.size(); ++d)
         streams_[d]->set_rider({[this, d](vk::CommandBuffer cb, bool keep, bool ordered, const RideBeside& beside) {
-                                  return comm_.record_ride(d, cb, keep, ordered, beside);
+                                  return comm_.port().record_ride(d, cb, keep, ordered, beside);
                                 },
-                                [this, d](std::uint64_t site) { return comm_.bind_site(d, site); },
-                                [this, d](std::uint64_t site) { comm_.forget_site(d, site); }});
+                                [this, d](std::uint64_t site) { return comm_.port().bind_site(d, site); },
+                                [this, d](std::uint64_t site) { comm_.port().forget_site(d, site); }});
     for (auto* s : streams_) s->set_holding(true);
-    comm_.set_before_wait([this] { before_wait(); });
+    comm_.port().set_before_wait([this] { before_wait(); });
   }
   StreamAllreduce(const StreamAllreduce&) = delete;
   StreamAllreduce& operator=(const StreamAllreduce&) = delete;
@@ -505,7 +505,7 @@ class StreamAllreduce {
     if (!release_held()) log(LogLevel::error, "tpar::StreamAllreduce: submitting held calls failed");
     for (auto* s : streams_) s->set_release({});
     for (auto* s : streams_) s->set_rider({});
-    comm_.set_before_wait({});
+    comm_.port().set_before_wait({});
     for (auto* s : streams_) s->set_gate(nullptr, 0, {});
     for (auto* s : streams_) {
       try {
@@ -524,7 +524,7 @@ class StreamAllreduce {
   Ticket allreduce(std::span<const BufferSpan> spans, AllreduceArgs args = {}) {
     // The call and its hand-over as one: a ticket's wait on another thread, which may
     // submit deferred calls, must not come between them.
-    const auto exclusive = comm_.exclusive();
+    const auto exclusive = comm_.port().exclusive();
     if (!drain()) throw Error(ErrorCode::timeout, "StreamAllreduce: parts of earlier calls were not enqueued within the timeout");
     for (std::size_t d = 0; d < streams_.size(); ++d) ready_[d] = streams_[d]->next_ready();
     args.ready = ready_;
@@ -532,8 +532,8 @@ class StreamAllreduce {
     args.defer = true;
     Ticket ticket = comm_.allreduce(spans, args);
     const std::size_t n = streams_.size();
-    bool carry = true;
-    if (comm_.take_pending(batches_, leading_, carry)) {
+    const auto [taken, carry] = comm_.port().take_pending(batches_, leading_);
+    if (taken) {
       if (std::all_of(batches_.begin(), batches_.end(), [](const auto& b) { return b.empty(); })) return ticket;  // nothing to do
       // Every device's first part (its held work and the batches that wait on no peer)
       // before any device's rest, so no queue ever waits on a signal not yet submitted.
@@ -545,18 +545,18 @@ class StreamAllreduce {
       // host's work, on every device, while each device still has an earlier submission
       // to run: one batch then carries several steps where the relay's kernels wait for
       // the sum, one submission where its queues do.
-      if (hold_ > 1 && !split_used_ && comm_.pending_waits_on_host_only()) {
+      if (hold_ > 1 && !split_used_ && comm_.port().pending_waits_on_host_only()) {
         if (rides(n)) {
           // Each device's part waits for the host's next command buffer on that device
           // (Stream::ride), where it goes out in any case; the calls held before go out
           // now if due, as this one cannot go with them.
           release_if_due(held_calls_);
           hold_on_every_stream(&batches_, true);
-          comm_.handed(batches_, reached_, true);
+          comm_.port().handed(batches_, reached_);
           return ticket;
         }
         const std::uint32_t held = hold_on_every_stream(&batches_);
-        comm_.handed(batches_, reached_, true);  // none out yet: a ticket's wait releases them first
+        comm_.port().handed(batches_, reached_);  // none out yet: a ticket's wait releases them first
         release_if_due(held);
         return ticket;
       }
@@ -574,7 +574,8 @@ class StreamAllreduce {
           ok = streams_[d]->flush_carried();
           if (ok) reached_[d] = batches_[d].size();
         }
-      comm_.handed(batches_, reached_, ok);
+      if (ok) comm_.port().handed(batches_, reached_);
+      else comm_.port().hand_failed(batches_, reached_);
       if (!ok) {
         for (auto* s : streams_) s->drop_carried();
         throw Error(ErrorCode::failed, "vkQueueSubmit failed for a stream carrying tpar's batches");
@@ -609,18 +610,18 @@ class StreamAllreduce {
 
   // Like allreduce(), but submits nothing: each device's part of the call waits until
   // the thread that submits to its stream calls enqueue(d). Only for a call the
-  // communicator can split so (Comm::per_device(count, contributing)); any other throws
+  // communicator can split so (comm.port().per_device(count, contributing)); any other throws
   // Error(invalid_argument) with nothing enqueued. The ticket's done points are reached
   // once every device's part was enqueued and ran.
   Ticket allreduce_split(std::span<const BufferSpan> spans, AllreduceArgs args = {}) {
-    const auto exclusive = comm_.exclusive();
+    const auto exclusive = comm_.port().exclusive();
     const std::size_t n = streams_.size();
     if (spans.size() != n)
       throw Error(ErrorCode::invalid_argument, "StreamAllreduce: " + std::to_string(spans.size()) + " spans for " + std::to_string(n) + " devices");
     std::uint32_t mask = 0;
     for (std::size_t d = 0; d < n; ++d)
       if (args.contributes.empty() || args.contributes[d]) mask |= 1u << d;
-    if (!comm_.per_device(spans[0].count, mask))
+    if (!comm_.port().per_device(spans[0].count, mask))
       throw Error(ErrorCode::invalid_argument, "StreamAllreduce::allreduce_split: this call (" + std::to_string(spans[0].count) +
                                                    " values) runs on queues or steps that one device's thread cannot submit alone");
     // Threads of their own submit each device's part from now on: no call is held across
@@ -632,10 +633,10 @@ class StreamAllreduce {
     args.ready_on_compute_queue = true;
     args.defer = true;
     Ticket ticket = comm_.allreduce(spans, args);
-    bool carry = true;
-    if (!comm_.take_pending(batches_, leading_, carry) || !carry) {
+    const auto handoff = comm_.port().take_pending(batches_, leading_);
+    if (!handoff.taken || !handoff.carry) {
       // per_device() said otherwise: nothing may be submitted in this order now
-      comm_.handed(batches_, std::vector<std::size_t>(n, 0), false);
+      comm_.port().hand_failed(batches_, std::vector<std::size_t>(n, 0));
       throw Error(ErrorCode::failed, "StreamAllreduce::allreduce_split: the call could not be split after all");
     }
     const bool empty = std::all_of(batches_.begin(), batches_.end(), [](const auto& b) { return b.empty(); });
@@ -643,7 +644,7 @@ class StreamAllreduce {
     // Handed over: the devices' threads submit the leading parts, and the rest rides in
     // front of the streams' next submissions (a ticket's wait flushes them, as after
     // allreduce()).
-    comm_.handed(batches_, leading_, true);
+    comm_.port().handed(batches_, leading_);
     for (std::size_t d = 0; d < n; ++d) {
       PartQueue& q = queues_[d];
       std::lock_guard lock(q.mutex);
@@ -753,11 +754,11 @@ class StreamAllreduce {
 
   // Whether the call just handed over (batches_) waits for rides: Options::relay_ride,
   // and on every device one batch that waits on nothing, a relay kernel that waits on the
-  // GPU (Communicator::last_call_rides).
+  // GPU (StreamPort::last_call_rides).
   bool rides(std::size_t n) const {
     if (!comm_.options().relay_ride) return false;
     for (std::size_t d = 0; d < n; ++d)
-      if (batches_[d].size() != 1 || batches_[d].waits() || !comm_.last_call_rides(d)) return false;
+      if (batches_[d].size() != 1 || batches_[d].waits() || !comm_.port().last_call_rides(d)) return false;
     return true;
   }
 

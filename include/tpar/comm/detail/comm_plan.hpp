@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace tpar::inline v0::detail {
@@ -74,6 +75,43 @@ struct WaitRule {
   // the batch's own queue (submission order and the batch's leading barrier order it).
   bool own = false;
 };
+
+// Where one device's batches of a call stand, what its wait rules resolve against.
+struct WaitSite {
+  const DeviceContext& device;                   // the device's, as before this call
+  const std::vector<DeviceContext>& devices;     // every device's (a batch rule names its device)
+  const TimelinePoint* ready = nullptr;          // the caller's ready point on the device, if it gave one
+  bool own_ordered = false;  // this call and the last run all their batches here on one queue, the same
+  bool sole = false;         // this call runs all its batches here on one queue
+  std::uint64_t relay_call = 0;  // the relay's number for this call (0: not a relay call)
+};
+
+// The semaphore and value `rule` waits on for this call; a value of 0 is no wait: the
+// wait is ordered already, or a timeline starts at 0 and nothing is to wait for (a first
+// call). `queue_ordered`: the caller's ready point is in the compute queue's order and
+// the batch runs there.
+inline std::pair<vk::Semaphore, std::uint64_t> resolve_wait(const WaitRule& rule, const WaitSite& at, bool queue_ordered) {
+  const DeviceContext& c = at.device;
+  switch (rule.kind) {
+    case WaitRule::Kind::ready:
+      if (queue_ordered) return {};
+      if (at.ready) return {at.ready->semaphore, at.ready->value};
+      if (at.own_ordered) return {};
+      return {c.compute.handle(), c.submitted[0]};
+    case WaitRule::Kind::previous_call:
+      if (at.own_ordered) return {};
+      return {rule.semaphore, c.submitted[1]};
+    case WaitRule::Kind::previous_compute:
+      if (at.own_ordered) return {};
+      return {rule.semaphore, c.submitted[0]};
+    case WaitRule::Kind::batch:
+      if (rule.own && at.sole) return {};  // an earlier batch of this call, on the same queue
+      return {rule.semaphore, at.devices[rule.ref.device].submitted[static_cast<int>(rule.ref.role)] + rule.ref.index + 1};
+    case WaitRule::Kind::relay:
+      return {rule.semaphore, at.relay_call};
+  }
+  return {};
+}
 
 // Everything one device submits for one plan and parity.
 struct DeviceSubmit {
@@ -352,6 +390,24 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
     sub.batch_waits[b] = {static_cast<std::uint32_t>(first_wait), static_cast<std::uint32_t>(w - first_wait), &info, &ti};
   }
   sub.recorded = true;
+}
+
+// Device d's part of a call in slot set `parity` of `plan`: the call's buffer into the
+// set, then (re)record what that needs: the descriptor update comes first, as without
+// update-after-bind it invalidates the command buffers that bound the set. (The rest as
+// record_device.)
+template <class Generation, class PeerSemaphore>
+void prepare_call(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, const BufferSpan& span,
+                  std::vector<DeviceContext>& ctx, bool profile, PeerSemaphore&& peer_semaphore, vk::Semaphore relay) {
+  Device& dev = *ctx[d].device;
+  const vk::DescriptorBufferInfo user(span.buffer, span.offset, span.bytes());
+  const vk::WriteDescriptorSet write(plan.descriptor_sets[d][parity], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user);
+  dev.handle().updateDescriptorSets(1, &write, 0, nullptr);
+  if (!plan.submits[d][parity].recorded) {
+    record_device(plan, d, parity, ctx, profile, std::forward<PeerSemaphore>(peer_semaphore), relay);
+  } else if (!dev.kernels().update_after_bind()) {
+    for (const std::uint32_t b : plan.kernel_batches[d]) record_batch(plan, d, parity, b, ctx);
+  }
 }
 
 }  // namespace tpar::inline v0::detail

@@ -3,12 +3,14 @@
 // its buffer's stated size, or inside its memory requirements' size where the size is
 // not stated (BufferSpan::buffer_size 0; that size may exceed the buffer's), written so
 // that nothing wraps; enums in range. Throws Error(invalid_argument) with what is wrong;
-// changes nothing.
+// changes nothing. And the checks a communicator's options pass at its creation.
 #pragma once
 
 #include <tpar/comm/call.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/error.hpp>
+#include <tpar/core/options.hpp>
+#include <tpar/core/wire.hpp>
 #include <tpar/core/detail/known_enum.hpp>
 #include <tpar/vk/device_group.hpp>
 
@@ -17,6 +19,24 @@
 #include <string>
 
 namespace tpar::inline v0::detail {
+
+// The options a communicator is made with, past their enums (Options::validate_enums):
+// depth, pieces, lanes and the timeout in range.
+inline void validate_options(const Options& options) {
+  if (options.depth > max_depth)
+    throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options.depth) + " is out of range: use 0 (sized by " +
+                                                 "staging_in_flight) or 1 to " + std::to_string(max_depth));
+  if (!options.depth && options.staging_in_flight == 0)
+    throw Error(ErrorCode::invalid_argument, "staging_in_flight must be positive where depth is 0");
+  const std::string up_to = "use 1 to " + std::to_string(max_pieces_per_chunk);
+  if (options.lanes < 1 || options.lanes > max_pieces_per_chunk)
+    throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options.lanes) + " is out of range: " + up_to);
+  if (options.piece_bytes && options.piece_bytes < wire_block * sizeof(float))
+    throw Error(ErrorCode::invalid_argument, "piece_bytes must be 0 (automatic) or at least " + std::to_string(wire_block * sizeof(float)));
+  if (options.max_pieces < 1 || options.max_pieces > max_pieces_per_chunk)
+    throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options.max_pieces) + " is out of range: " + up_to);
+  if (options.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
+}
 
 inline void validate_call(const DeviceGroup& group, std::span<const BufferSpan> spans, const AllreduceArgs& args) {
   const std::size_t n = group.size();
