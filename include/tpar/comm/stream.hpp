@@ -532,7 +532,7 @@ class StreamAllreduce {
     args.defer = true;
     Ticket ticket = comm_.allreduce(spans, args);
     const std::size_t n = streams_.size();
-    const auto [taken, carry] = comm_.port().take_pending(batches_, leading_);
+    const auto [taken, rest_may_wait] = comm_.port().take_pending(batches_, leading_);
     if (taken) {
       if (std::all_of(batches_.begin(), batches_.end(), [](const auto& b) { return b.empty(); })) return ticket;  // nothing to do
       // Every device's first part (its held work and the batches that wait on no peer)
@@ -569,7 +569,7 @@ class StreamAllreduce {
         }
         reached_[d] = leading_[d];
       }
-      if (ok && !carry)
+      if (ok && !rest_may_wait)
         for (std::size_t d = 0; d < n && ok; ++d) {
           ok = streams_[d]->flush_carried();
           if (ok) reached_[d] = batches_[d].size();
@@ -634,7 +634,7 @@ class StreamAllreduce {
     args.defer = true;
     Ticket ticket = comm_.allreduce(spans, args);
     const auto handoff = comm_.port().take_pending(batches_, leading_);
-    if (!handoff.taken || !handoff.carry) {
+    if (!handoff.taken || !handoff.rest_may_wait) {
       // per_device() said otherwise: nothing may be submitted in this order now
       comm_.port().hand_failed(batches_, std::vector<std::size_t>(n, 0));
       throw Error(ErrorCode::failed, "StreamAllreduce::allreduce_split: the call could not be split after all");

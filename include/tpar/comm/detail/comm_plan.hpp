@@ -17,6 +17,7 @@
 #include <array>
 #include <memory>
 #include <utility>
+#include <span>
 #include <vector>
 
 namespace tpar::inline v0::detail {
@@ -63,6 +64,14 @@ struct DeviceContext {
   Timeline& timeline(Role r) { return r == Role::compute ? compute : r == Role::transfer ? transfer : download; }
   const Timeline& timeline(Role r) const { return r == Role::compute ? compute : r == Role::transfer ? transfer : download; }
   vk::CommandPool pool(Role r) const { return r == Role::compute ? compute_pool : transfer_pool; }
+  // The distinct queues its batches were submitted to, into `out`: the compute queue and the
+  // transfer queue, and the download queue where a download ran there; one where merged.
+  std::span<Queue*> used_queues(Queue* (&out)[role_count]) {
+    out[0] = &device->compute_queue();
+    out[1] = &device->transfer_queue();
+    out[2] = &queue(Role::download);
+    return std::span(out, merged ? 1 : submitted[2] && out[2] != out[1] ? 3 : 2);
+  }
 };
 
 struct WaitRule {

@@ -50,9 +50,8 @@ struct Held final : Remains {
       fenced = true;
       for (auto& c : ctx) {
         const vk::Device vkd = c.device->handle();
-        Queue* queues[role_count] = {&c.device->compute_queue(), &c.device->transfer_queue(), &c.queue(Role::download)};
-        const std::size_t used = c.merged ? 1 : c.submitted[2] && queues[2] != queues[1] ? 3 : 2;
-        for (Queue* q : std::span(queues, used)) {
+        Queue* queues[role_count];
+        for (Queue* q : c.used_queues(queues)) {
           vk::Fence fence;
           const vk::FenceCreateInfo info;
           if (vkd.createFence(&info, nullptr, &fence) != vk::Result::eSuccess) continue;

@@ -34,7 +34,7 @@ struct Handoff {
   // holding one device's rest back cannot hold up another; false (ChunkedRing's steps
   // wait on each other's) means every device's rest goes out at once, after every
   // device's leading part.
-  bool carry = true;
+  bool rest_may_wait = true;
 };
 
 class StreamPort {
@@ -53,7 +53,7 @@ class StreamPort {
   // from call to call so that a call allocates nothing.) The host must then submit, on
   // every device's compute queue, ahead of anything it submits there later, first the
   // leading batches of every device (so no queue waits on a signal not yet submitted),
-  // then the rest (Handoff::carry says when); and call handed() once every device's
+  // then the rest (Handoff::rest_may_wait says when); and call handed() once every device's
   // leading part reached its queue.
   virtual Handoff take_pending(std::vector<BatchList>& out, std::vector<std::size_t>& leading) = 0;
 
