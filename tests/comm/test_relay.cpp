@@ -416,27 +416,27 @@ struct HubRig {
     std::lock_guard lock(mutex);
     return failures.size();
   }
-  // Device d publishes values [from, to) of `x` for the call with `stamp` on `parity`.
-  void publish(std::size_t d, std::uint32_t parity, const std::vector<float>& x, std::uint32_t stamp, std::size_t from = 0,
+  // Device d publishes values [from, to) of `x` for the call with `stamp` on `slot_set`.
+  void publish(std::size_t d, std::uint32_t slot_set, const std::vector<float>& x, std::uint32_t stamp, std::size_t from = 0,
                std::size_t to = ~std::size_t{0}) {
-    std::uint64_t* u = hub->publish_units(d, parity);
+    std::uint64_t* u = hub->publish_units(d, slot_set);
     for (std::size_t i = from; i < std::min(to, x.size()); ++i) std::atomic_ref<std::uint64_t>(u[i]).store(unit(x[i], stamp));
   }
-  void arrive(std::size_t d, std::uint32_t parity, std::uint32_t stamp) {
-    std::atomic_ref<std::uint32_t>(hub->publish_header(d, parity)[layout::arrived]).store(stamp);
+  void arrive(std::size_t d, std::uint32_t slot_set, std::uint32_t stamp) {
+    std::atomic_ref<std::uint32_t>(hub->publish_header(d, slot_set)[layout::arrived]).store(stamp);
   }
-  bool served(std::uint32_t parity, std::uint32_t stamp, std::chrono::milliseconds bound = 20s) {
+  bool served(std::uint32_t slot_set, std::uint32_t stamp, std::chrono::milliseconds bound = 20s) {
     return eventually(
         [&] {
           for (std::size_t d = 0; d < env.group().size(); ++d)
-            if (load(hub->slot_words(d, parity) + layout::flag) != stamp) return false;
+            if (load(hub->slot_words(d, slot_set) + layout::flag) != stamp) return false;
           return true;
         },
         bound);
   }
-  bool sum_is(std::uint32_t parity, const std::vector<float>& s) {
+  bool sum_is(std::uint32_t slot_set, const std::vector<float>& s) {
     for (std::size_t d = 0; d < env.group().size(); ++d)
-      if (std::memcmp(hub->slot_words(d, parity) + layout::payload, s.data(), s.size() * sizeof(float)) != 0) return false;
+      if (std::memcmp(hub->slot_words(d, slot_set) + layout::payload, s.data(), s.size() * sizeof(float)) != 0) return false;
     return true;
   }
 };
@@ -569,13 +569,13 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
       for (std::size_t count : {std::size_t{1}, std::size_t{2049}, std::size_t{6000}, std::size_t{16384}}) {
         CAPTURE(contributing);
         CAPTURE(count);
-        const auto parity = static_cast<std::uint32_t>(call++ % 2);
+        const auto slot_set = static_cast<std::uint32_t>(call++ % 2);
         std::vector<std::vector<float>> x(3, std::vector<float>(count));
         for (auto& v : x)
           for (auto& e : v) e = dist(rng);
-        const std::uint64_t seq = r.hub->record(parity, count, contributing);
+        const std::uint64_t seq = r.hub->record(slot_set, count, contributing);
         const auto stamp = static_cast<std::uint32_t>(seq);
-        for (std::size_t d = 0; d < 3; ++d) CHECK(r.hub->slot_words(d, parity)[layout::seq] == stamp);
+        for (std::size_t d = 0; d < 3; ++d) CHECK(r.hub->slot_words(d, slot_set)[layout::seq] == stamp);
         r.hub->submitted(seq);
         const std::size_t parts = std::min<std::size_t>(way.threads, std::max<std::size_t>(1, count / 512));
         CHECK(r.hub->parts_for(count) == parts);
@@ -584,17 +584,17 @@ TEST_CASE("relay hub: sums in device order as values arrive, for every contribut
         std::thread devices([&] {
           for (std::size_t d : {2, 0, 1}) {
             if ((contributing >> d) & 1u) {
-              r.publish(d, parity, x[d], stamp, count / 2);
+              r.publish(d, slot_set, x[d], stamp, count / 2);
               std::this_thread::sleep_for(2ms);
-              r.publish(d, parity, x[d], stamp, 0, count / 2);
+              r.publish(d, slot_set, x[d], stamp, 0, count / 2);
             } else {
-              r.arrive(d, parity, stamp);
+              r.arrive(d, slot_set, stamp);
             }
           }
         });
-        REQUIRE(r.served(parity, stamp));
+        REQUIRE(r.served(slot_set, stamp));
         devices.join();
-        CHECK(r.sum_is(parity, relay_sum(x, contributing)));
+        CHECK(r.sum_is(slot_set, relay_sum(x, contributing)));
         // The queue is released after the flags are written: soon after.
         std::uint64_t released = 0;
         CHECK(eventually([&] {

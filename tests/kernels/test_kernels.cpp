@@ -554,7 +554,7 @@ float value_of(Kind kind, Rng& rng, int block_exponent) {
       return rng.below(8) == 0 ? make_float(sign, rng.range(-20, 20), mant) : (sign ? -0.0f : 0.0f);
     case Kind::ties: {
       // Low 16 bits exactly half a bf16 ulp, or low 13 bits half an f16 ulp, with both
-      // parities of the kept part.
+      // slot sets of the kept part.
       std::uint32_t m = mant;
       if (rng.below(2))
         m = (m & ~0xFFFFu) | 0x8000u;

@@ -198,7 +198,7 @@ class Communicator {
     if (!last_plan_) return out;
     flush();
     if (!submitter_.drain(options_.timeout)) throw Error(ErrorCode::timeout, "profile(): the last call did not finish within the timeout");
-    return detail::read_profile(group_, *last_plan_, last_parity_);
+    return detail::read_profile(group_, *last_plan_, last_slot_set_);
   }
 
   // Sums `spans` (one per device, f32, in place) across the group. Bad input throws
@@ -233,26 +233,26 @@ class Communicator {
     // wait for each other on the GPUs, and beside other calls in flight they stalled (two
     // H100s, 2026-11-26, docs/relay.md "Calls in flight beside the relay"); relay calls
     // alone, or one call at a time, ran clean.
-    const bool relay_call_now = is_relay(plan);
+    const bool relay_call_now = takes_relay(plan.schedule);
     if (submitter_.calls() > 0 && relay_call_now != last_was_relay_) {
       auto span = Trace::instance().span("tpar relay switch wait");
       submitter_.wait_values(submitter_.submitted_values(), relay_call_now ? "the calls before a relay call" : "the relay call before this one");
     }
     last_was_relay_ = relay_call_now;
-    const std::uint32_t depth = slot_sets(plan);
-    const auto parity = static_cast<std::uint32_t>(submitter_.calls() % depth);
-    submitter_.wait_for_slot_set(parity, depth);
+    const std::uint32_t depth = relay_.slot_sets(plan.schedule, plan.generation->depth(), options_);
+    const auto slot_set = static_cast<std::uint32_t>(submitter_.calls() % depth);
+    submitter_.wait_for_slot_set(slot_set, depth);
     for (std::size_t d = 0; d < n; ++d)
       detail::prepare_call(
-          plan, d, parity, spans[d], submitter_.ctx(), options_.profile,
+          plan, d, slot_set, spans[d], submitter_.ctx(), options_.profile,
           [&](std::uint32_t src) { return sync_->wait_semaphore(static_cast<std::uint32_t>(d), src); },
           relay_.hub() ? relay_.hub()->release(d) : vk::Semaphore{});
     last_call_ = {plan.schedule.algorithm, plan.schedule.wire};
     last_plan_ = &plan;
-    last_parity_ = parity;
+    last_slot_set_ = slot_set;
     last_spans_.assign(spans.begin(), spans.end());
-    const std::uint64_t relay_call = is_relay(plan) ? relay_.hub()->record(parity, count, rq.contributing) : 0;
-    return submitter_.submit(plan, parity, args, relay_call);
+    const std::uint64_t relay_call = relay_call_now ? relay_.hub()->record(slot_set, count, rq.contributing) : 0;
+    return submitter_.submit(plan, slot_set, args, relay_call);
   }
 
   Ticket allreduce(std::initializer_list<BufferSpan> spans, const AllreduceArgs& args = {}) {
@@ -320,15 +320,6 @@ class Communicator {
                                    [h = health_](const Error& e) { h->fail(e); });
   }
 
-  static bool is_relay(const PlanType& plan) { return takes_relay(plan.schedule); }
-  // The slot sets a plan's calls take turns in. A relay call stages nothing in the host
-  // staging (its slots and publish areas are the relay's own, max_slot_sets of them), so
-  // its calls in flight do not depend on how large the staging is: after a prefill has
-  // grown the staging to a few large sets, decode's relay calls still have all of theirs.
-  std::uint32_t slot_sets(const PlanType& plan) const {
-    return is_relay(plan) ? options_.max_slot_sets() : plan.generation->depth();
-  }
-
   static constexpr bool exportable_sources() {
     if constexpr (requires { Sync::exports_sources; }) return Sync::exports_sources;
     else return false;
@@ -360,7 +351,7 @@ class Communicator {
     }
     if (found) return *found;
     const auto began = std::chrono::steady_clock::now();
-    const std::uint32_t sets = takes_relay(*built) ? options_.max_slot_sets() : cache_.generation()->depth();
+    const std::uint32_t sets = relay_.slot_sets(*built, cache_.generation()->depth(), options_);
     auto made = detail::make_plan(group_, submitter_.ctx(), cache_.generation(), std::move(key), std::move(*built), sets, relay_.hub());
     const auto inserted = cache_.insert(std::move(made), std::chrono::steady_clock::now() - began);
     if (inserted.retired && inserted.retired == last_plan_) last_plan_ = nullptr;
@@ -380,7 +371,7 @@ class Communicator {
   detail::Submitter<Sync, Generation> submitter_{group_, options_, health_, deferral_, sync_, relay_, cache_};
   CallInfo last_call_;
   PlanType* last_plan_ = nullptr;  // the plan of the last call (for profile())
-  std::uint32_t last_parity_ = 0;
+  std::uint32_t last_slot_set_ = 0;
   std::vector<BufferSpan> last_spans_;                         // the last call's spans (for a ride)
   detail::CommunicatorPort<Communicator> port_{*this};
 };

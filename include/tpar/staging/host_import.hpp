@@ -120,7 +120,7 @@ struct HostImport {
     // Source j's host staging as a buffer of device d.
     vk::Buffer host_buffer(std::size_t d, std::size_t j) const { return imports_[d][j]->buffer; }
     vk::Buffer scratch(std::size_t d) const { return scratch_[d]->buffer; }
-    std::uint64_t slot_offset(std::uint32_t parity) const { return std::uint64_t(parity) * set_bytes_; }
+    std::uint64_t slot_offset(std::uint32_t slot_set) const { return std::uint64_t(slot_set) * set_bytes_; }
     std::uint64_t host_bytes_total() const { return host_.empty() ? 0 : host_.size() * host_[0]->size(); }
 
    private:

@@ -1,7 +1,7 @@
 // A recorded plan: one schedule's batches as command buffers on every device, per slot
-// set ("parity"), with the submit structures prebuilt so a call only writes timeline
+// set, with the submit structures prebuilt so a call only writes timeline
 // values into them: no allocation and no recording on the hot path. A plan is not tied
-// to the caller's buffers: each call writes its buffer into the parity's descriptor set
+// to the caller's buffers: each call writes its buffer into the slot set's descriptor set
 // (a destroyed buffer's handle may come back as a new buffer, so no handle can key a
 // plan). Where the device has update-after-bind, that write leaves the recorded command
 // buffers valid; elsewhere the batches that bind the set are recorded again.
@@ -122,7 +122,7 @@ inline std::pair<vk::Semaphore, std::uint64_t> resolve_wait(const WaitRule& rule
   return {};
 }
 
-// Everything one device submits for one plan and parity.
+// Everything one device submits for one plan and slot set.
 struct DeviceSubmit {
   struct Group {
     Role role = Role::compute;  // the queue (merged: compute): ctx.queue(role)
@@ -147,7 +147,7 @@ struct DeviceSubmit {
   std::vector<std::uint64_t> signal_values;
   std::vector<std::pair<Role, std::uint32_t>> signal_rules;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> expects;  // (source device, transfer index), in order
-  std::uint64_t transfer_base = 0;  // the device's uploads timeline before this plan and parity's latest call
+  std::uint64_t transfer_base = 0;  // the device's uploads timeline before this plan and slot set's latest call
   vk::QueryPool timestamps;  // profiling: start and end of every batch
   bool recorded = false;
 };
@@ -158,8 +158,8 @@ struct Plan {
   Schedule schedule;
   std::shared_ptr<Generation> generation;
   std::vector<vk::DescriptorPool> descriptor_pools;  // by device
-  std::vector<std::vector<vk::DescriptorSet>> descriptor_sets;  // [device][parity]: binding 0 is the call's buffer
-  std::vector<std::vector<DeviceSubmit>> submits;    // [device][parity]
+  std::vector<std::vector<vk::DescriptorSet>> descriptor_sets;  // [device][slot_set]: binding 0 is the call's buffer
+  std::vector<std::vector<DeviceSubmit>> submits;    // [device][slot_set]
   std::vector<std::uint32_t> final_compute;          // by device: index of its last compute batch (or ~0)
   std::vector<std::array<std::uint32_t, role_count>> role_counts;  // by device: its batches of each role
   std::vector<std::vector<std::uint32_t>> kernel_batches;  // by device: the batches that bind the descriptor set
@@ -203,22 +203,22 @@ inline bool binds_caller_buffer(const Batch& batch) {
   return std::any_of(batch.commands.begin(), batch.commands.end(), [](const Command& c) { return c.type == Command::Type::kernel; });
 }
 
-// Records batch `b` of `plan` for device `d` and `parity` into its command buffer
+// Records batch `b` of `plan` for device `d` and `slot_set` into its command buffer
 // (allocated on first use, reset and recorded again after that).
 template <class Generation>
-void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, std::size_t b, std::vector<DeviceContext>& ctx) {
+void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t slot_set, std::size_t b, std::vector<DeviceContext>& ctx) {
   DeviceContext& c = ctx[d];
   Device& dev = *c.device;
   const vk::Device vkd = dev.handle();
   const Generation& gen = *plan.generation;
   const Batch& batch = plan.schedule.devices[d].batches[b];
-  DeviceSubmit& sub = plan.submits[d][parity];
+  DeviceSubmit& sub = plan.submits[d][slot_set];
   KernelSet& kernels = dev.kernels();
   const Wire wire = plan.schedule.wire;
 
   auto buffer_of = [&](const Region& r) -> std::pair<vk::Buffer, vk::DeviceSize> {
     if (r.kind == Region::Kind::scratch) return {gen.scratch(d), r.offset};
-    return {gen.host_buffer(d, r.host_owner), gen.slot_offset(parity) + r.offset};
+    return {gen.host_buffer(d, r.host_owner), gen.slot_offset(slot_set) + r.offset};
   };
   auto has_timestamps = [&](Role r) {
     return dev.capabilities().queue_families[c.queue(r).family()].timestampValidBits > 0;
@@ -274,7 +274,7 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
       case Command::Type::kernel: {
         cb.bindPipeline(vk::PipelineBindPoint::eCompute, kernels.pipeline(cmd.kernel, wire));
         if (!bound) {
-          cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, kernels.layout(), 0, 1, &plan.descriptor_sets[d][parity], 0, nullptr);
+          cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, kernels.layout(), 0, 1, &plan.descriptor_sets[d][slot_set], 0, nullptr);
           bound = true;
         }
         cb.pushConstants(kernels.layout(), vk::ShaderStageFlagBits::eCompute, 0, sizeof(KernelArgs), &cmd.args);
@@ -301,23 +301,23 @@ void record_batch(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, s
                                     (batch.waits.empty() ? "" : " (waits on peers)"));
 }
 
-// Records `plan`'s batches of device `d` for `parity` into command buffers and builds
+// Records `plan`'s batches of device `d` for `slot_set` into command buffers and builds
 // their submit structures. `peer_semaphore(src)`: what device d waits on for src's uploads;
 // `relay`: what it waits on for the relay's sum (batches with wait_relay).
 template <class Generation, class PeerSemaphore>
-void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, std::vector<DeviceContext>& ctx,
+void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t slot_set, std::vector<DeviceContext>& ctx,
                    bool profile, PeerSemaphore&& peer_semaphore, vk::Semaphore relay = {}) {
   DeviceContext& c = ctx[d];
   const vk::Device vkd = c.device->handle();
   const auto& batches = plan.schedule.devices[d].batches;
-  DeviceSubmit& sub = plan.submits[d][parity];
+  DeviceSubmit& sub = plan.submits[d][slot_set];
 
   sub.command_buffers.assign(batches.size(), nullptr);
   if (profile && !batches.empty()) {
     vk::QueryPoolCreateInfo qi({}, vk::QueryType::eTimestamp, static_cast<std::uint32_t>(2 * batches.size()));
     check(vkd.createQueryPool(&qi, nullptr, &sub.timestamps), "vkCreateQueryPool");
   }
-  for (std::size_t b = 0; b < batches.size(); ++b) record_batch(plan, d, parity, b, ctx);
+  for (std::size_t b = 0; b < batches.size(); ++b) record_batch(plan, d, slot_set, b, ctx);
 
   // Submit structures: count first, so the vectors never reallocate under the pointers.
   std::size_t waits = 0;
@@ -401,21 +401,21 @@ void record_device(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, 
   sub.recorded = true;
 }
 
-// Device d's part of a call in slot set `parity` of `plan`: the call's buffer into the
+// Device d's part of a call in slot set `slot_set` of `plan`: the call's buffer into the
 // set, then (re)record what that needs: the descriptor update comes first, as without
 // update-after-bind it invalidates the command buffers that bound the set. (The rest as
 // record_device.)
 template <class Generation, class PeerSemaphore>
-void prepare_call(Plan<Generation>& plan, std::size_t d, std::uint32_t parity, const BufferSpan& span,
+void prepare_call(Plan<Generation>& plan, std::size_t d, std::uint32_t slot_set, const BufferSpan& span,
                   std::vector<DeviceContext>& ctx, bool profile, PeerSemaphore&& peer_semaphore, vk::Semaphore relay) {
   Device& dev = *ctx[d].device;
   const vk::DescriptorBufferInfo user(span.buffer, span.offset, span.bytes());
-  const vk::WriteDescriptorSet write(plan.descriptor_sets[d][parity], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user);
+  const vk::WriteDescriptorSet write(plan.descriptor_sets[d][slot_set], 0, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &user);
   dev.handle().updateDescriptorSets(1, &write, 0, nullptr);
-  if (!plan.submits[d][parity].recorded) {
-    record_device(plan, d, parity, ctx, profile, std::forward<PeerSemaphore>(peer_semaphore), relay);
+  if (!plan.submits[d][slot_set].recorded) {
+    record_device(plan, d, slot_set, ctx, profile, std::forward<PeerSemaphore>(peer_semaphore), relay);
   } else if (!dev.kernels().update_after_bind()) {
-    for (const std::uint32_t b : plan.kernel_batches[d]) record_batch(plan, d, parity, b, ctx);
+    for (const std::uint32_t b : plan.kernel_batches[d]) record_batch(plan, d, slot_set, b, ctx);
   }
 }
 

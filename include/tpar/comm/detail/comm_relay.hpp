@@ -94,6 +94,14 @@ class CommRelay {
   // The relay's part of a schedule request (RelaySetup::fill).
   void fill(ScheduleRequest& rq, const Options& options) const { setup_.fill(rq, options); }
 
+  // The slot sets the calls of `schedule` take turns in: the staging's own, or where the
+  // relay carries them, the relay's (max_slot_sets, in its slots and publish areas): its
+  // calls in flight do not depend on how large the staging is, so after a prefill has
+  // grown the staging to a few large sets, decode's relay calls still have all of theirs.
+  static std::uint32_t slot_sets(const Schedule& schedule, std::uint32_t staging_sets, const Options& options) {
+    return takes_relay(schedule) ? options.max_slot_sets() : staging_sets;
+  }
+
   // What outlives the communicator where work on the queues still uses it (detail::remains()).
   std::unique_ptr<RelayHub> take_hub() { return std::move(hub_); }
   std::unique_ptr<RelaySelfTestLeftovers> take_leftovers() { return std::move(leftovers_); }

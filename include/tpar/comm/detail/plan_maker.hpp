@@ -103,8 +103,8 @@ std::unique_ptr<Plan<Generation>> make_plan(const DeviceGroup& group, std::vecto
   try {
     for (std::size_t d = 0; d < n; ++d) {
       const vk::Device vkd = group[d].handle();
-      // One set per parity: binding 0 (the call's buffer) is written by every call, and
-      // a parity's set is never in use then (its last call finished: wait_for_slot_set).
+      // One descriptor set per slot set: binding 0 (the call's buffer) is written by every call, and
+      // a slot set's descriptor set is never in use then (its last call finished: wait_for_slot_set).
       const KernelSet& kernels = group[d].kernels();
       const std::uint32_t depth = sets;
       vk::DescriptorPoolSize pool_size(vk::DescriptorType::eStorageBuffer, kernel_storage_buffers * depth);
@@ -114,7 +114,7 @@ std::unique_ptr<Plan<Generation>> make_plan(const DeviceGroup& group, std::vecto
       const std::vector<vk::DescriptorSetLayout> layouts(depth, kernels.set_layout());
       vk::DescriptorSetAllocateInfo set_info(plan->descriptor_pools[d], depth, layouts.data());
       check(vkd.allocateDescriptorSets(&set_info, plan->descriptor_sets[d].data()), "vkAllocateDescriptorSets");
-      // Binding 2: this device's own host staging for the parity's call, where kernels
+      // Binding 2: this device's own host staging for the slot set's call, where kernels
       // that publish write; plans that do not publish from a kernel get the scratch
       // there, as every binding must hold a valid buffer.
       // The scratch may have grown past what any plan addresses (Capacity's headroom),
@@ -127,25 +127,25 @@ std::unique_ptr<Plan<Generation>> make_plan(const DeviceGroup& group, std::vecto
       const bool publishes = traffic.to_host > 0 && n > 1;
       const std::uint64_t host_range = std::max<std::uint64_t>(plan->schedule.host_bytes[d], 4);
       const bool reads_peers = traffic.from_host > 0;
-      for (std::uint32_t parity = 0; parity < depth; ++parity) {
+      for (std::uint32_t slot_set = 0; slot_set < depth; ++slot_set) {
         const vk::DescriptorBufferInfo host =
-            relay       ? relay_hub->publish(d, parity)
-            : publishes ? vk::DescriptorBufferInfo(generation->host_buffer(d, d), generation->slot_offset(parity), host_range)
+            relay       ? relay_hub->publish(d, slot_set)
+            : publishes ? vk::DescriptorBufferInfo(generation->host_buffer(d, d), generation->slot_offset(slot_set), host_range)
                         : scratch;
-        const vk::DescriptorBufferInfo second = relay ? relay_hub->slot(d, parity) : scratch;
-        // Binding 3: the peers' host staging for this parity, for kernels that read it in
+        const vk::DescriptorBufferInfo second = relay ? relay_hub->slot(d, slot_set) : scratch;
+        // Binding 3: the peers' host staging for this slot set, for kernels that read it in
         // place (OneShot's direct sum); the scratch stands in for every other entry.
         std::array<vk::DescriptorBufferInfo, max_direct_peers> peers;
         for (std::uint32_t j = 0; j < max_direct_peers; ++j) {
           const bool peer = reads_peers && j < n && j != d && plan->schedule.host_bytes[j] > 0;
-          peers[j] = peer ? vk::DescriptorBufferInfo(generation->host_buffer(d, j), generation->slot_offset(parity),
+          peers[j] = peer ? vk::DescriptorBufferInfo(generation->host_buffer(d, j), generation->slot_offset(slot_set),
                                                      plan->schedule.host_bytes[j])
                           : scratch;
         }
         const std::array<vk::WriteDescriptorSet, 3> writes{
-            vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &second),
-            vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 2, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host),
-            vk::WriteDescriptorSet(plan->descriptor_sets[d][parity], 3, 0, max_direct_peers, vk::DescriptorType::eStorageBuffer,
+            vk::WriteDescriptorSet(plan->descriptor_sets[d][slot_set], 1, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &second),
+            vk::WriteDescriptorSet(plan->descriptor_sets[d][slot_set], 2, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &host),
+            vk::WriteDescriptorSet(plan->descriptor_sets[d][slot_set], 3, 0, max_direct_peers, vk::DescriptorType::eStorageBuffer,
                                    nullptr, peers.data())};
         vkd.updateDescriptorSets(static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
       }

@@ -17,7 +17,7 @@ namespace tpar::inline v0::detail {
 // every device has VK_EXT_calibrated_timestamps, counted from the call's first batch.
 // The call must have finished.
 template <class Plan>
-CallProfile read_profile(const DeviceGroup& group, const Plan& plan, std::uint32_t parity) {
+CallProfile read_profile(const DeviceGroup& group, const Plan& plan, std::uint32_t slot_set) {
   CallProfile out;
   out.devices.resize(group.size());
   const std::size_t n = group.size();
@@ -41,7 +41,7 @@ CallProfile read_profile(const DeviceGroup& group, const Plan& plan, std::uint32
   out.aligned = aligned;
   for (std::size_t d = 0; d < n; ++d) {
     const auto& batches = plan.schedule.devices[d].batches;
-    const auto& sub = plan.submits[d][parity];
+    const auto& sub = plan.submits[d][slot_set];
     out.devices[d].resize(batches.size());
     const auto queries = static_cast<std::uint32_t>(2 * batches.size());  // a start and an end per batch
     std::vector<std::uint64_t> avail(2 * std::size_t{queries}, 0);            // each: value, availability

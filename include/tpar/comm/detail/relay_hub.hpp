@@ -289,12 +289,12 @@ class RelayHub {
                                                    std::to_string(max_relay_threads));
   }
 
-  // Device d's slot and publish area for slot set `parity`, as its kernel binds them.
-  vk::DescriptorBufferInfo slot(std::size_t d, std::uint32_t parity) const {
-    return {devices_[d].slots->buffer, slot_block_ * parity, slot_block_};
+  // Device d's slot and publish area for slot set `slot_set`, as its kernel binds them.
+  vk::DescriptorBufferInfo slot(std::size_t d, std::uint32_t slot_set) const {
+    return {devices_[d].slots->buffer, slot_block_ * slot_set, slot_block_};
   }
-  vk::DescriptorBufferInfo publish(std::size_t d, std::uint32_t parity) const {
-    return {devices_[d].publish->buffer, publish_block_ * parity, publish_block_};
+  vk::DescriptorBufferInfo publish(std::size_t d, std::uint32_t slot_set) const {
+    return {devices_[d].publish->buffer, publish_block_ * slot_set, publish_block_};
   }
   // For ride sites (kernels recorded once into a host's command buffers, shaders/relay.glsl
   // SITE): device d's slots and publish areas of every slot set as one binding each; a
@@ -315,32 +315,32 @@ class RelayHub {
   vk::Semaphore release(std::size_t d) const { return devices_[d].release.handle(); }
 
   // The mapped memory, for tests that play the devices.
-  std::uint32_t* slot_words(std::size_t d, std::uint32_t parity) const {
-    return reinterpret_cast<std::uint32_t*>(static_cast<char*>(devices_[d].slots->data) + slot_block_ * parity);
+  std::uint32_t* slot_words(std::size_t d, std::uint32_t slot_set) const {
+    return reinterpret_cast<std::uint32_t*>(static_cast<char*>(devices_[d].slots->data) + slot_block_ * slot_set);
   }
-  std::uint32_t* publish_header(std::size_t d, std::uint32_t parity) const {
-    return reinterpret_cast<std::uint32_t*>(static_cast<char*>(devices_[d].publish->data) + publish_block_ * parity);
+  std::uint32_t* publish_header(std::size_t d, std::uint32_t slot_set) const {
+    return reinterpret_cast<std::uint32_t*>(static_cast<char*>(devices_[d].publish->data) + publish_block_ * slot_set);
   }
-  std::uint64_t* publish_units(std::size_t d, std::uint32_t parity) const {
-    return reinterpret_cast<std::uint64_t*>(static_cast<char*>(devices_[d].publish->data) + publish_block_ * parity +
+  std::uint64_t* publish_units(std::size_t d, std::uint32_t slot_set) const {
+    return reinterpret_cast<std::uint64_t*>(static_cast<char*>(devices_[d].publish->data) + publish_block_ * slot_set +
                                             relay_layout::header_bytes);
   }
 
-  // A relay call of `count` values on slot set `parity` (whose previous call has finished
+  // A relay call of `count` values on slot set `slot_set` (whose previous call has finished
   // on every device) is being recorded: its number, which is also the value its collect
   // batches wait for. Its stamp, the number's low 32 bits (never 0), goes into every
   // device's slot, where the kernel reads it. `contributing`: bit d, device d contributes.
-  std::uint64_t record(std::uint32_t parity, std::size_t count, std::uint32_t contributing) {
-    if (count > max_count() || parity >= config_.depth)
+  std::uint64_t record(std::uint32_t slot_set, std::size_t count, std::uint32_t contributing) {
+    if (count > max_count() || slot_set >= config_.depth)
       throw Error(ErrorCode::invalid_argument, "a relay call of " + std::to_string(count) + " values on slot set " +
-                                                   std::to_string(parity) + " does not fit the relay's slots");
+                                                   std::to_string(slot_set) + " does not fit the relay's slots");
     std::uint64_t sequence = next_sequence_++;
     if (static_cast<std::uint32_t>(sequence) == 0) sequence = next_sequence_++;  // stamp 0 means "never written"
     const auto stamp = static_cast<std::uint32_t>(sequence);
-    for (std::size_t d = 0; d < n_; ++d) relay_store_word(&slot_words(d, parity)[relay_layout::seq], stamp);
+    for (std::size_t d = 0; d < n_; ++d) relay_store_word(&slot_words(d, slot_set)[relay_layout::seq], stamp);
     relay_store_fence();
     std::lock_guard lock(mutex_);
-    recorded_.push_back({sequence, stamp, parity, count, contributing, {}});
+    recorded_.push_back({sequence, stamp, slot_set, count, contributing, {}});
     return sequence;
   }
 
@@ -467,7 +467,7 @@ class RelayHub {
   struct Call {
     std::uint64_t sequence = 0;
     std::uint32_t stamp = 0;
-    std::uint32_t parity = 0;
+    std::uint32_t slot_set = 0;
     std::size_t count = 0;
     std::uint32_t contributing = 0;
     std::chrono::steady_clock::time_point handed;
@@ -643,14 +643,14 @@ class RelayHub {
   // One call: false (and why) when its values did not all come in time, or (`unseen`)
   // where a kernel had given up on the sum of this slot set's previous call.
   bool serve(const Call& c, std::chrono::steady_clock::time_point deadline, std::string& why, bool& unseen) {
-    note_kernel_times(c.parity);
+    note_kernel_times(c.slot_set);
     Backoff backoff;
     auto arrived = c.handed;  // every device's first chunk seen (set below; a call of no values has none)
     const auto contributes = [&](std::size_t d) { return d < 32 && ((c.contributing >> d) & 1u); };
     // Devices that contribute nothing announce their arrival in the header.
     for (std::size_t d = 0; d < n_; ++d) {
       if (contributes(d)) continue;
-      std::atomic_ref<std::uint32_t> arrived(publish_header(d, c.parity)[relay_layout::arrived]);
+      std::atomic_ref<std::uint32_t> arrived(publish_header(d, c.slot_set)[relay_layout::arrived]);
       while (arrived.load(std::memory_order_acquire) != c.stamp)
         if (!backoff.step(deadline, quit_)) {
           why = "device " + std::to_string(d) + " did not start the call (a ready point not signalled, or a device stalled)";
@@ -707,7 +707,7 @@ class RelayHub {
     // its kernel saw that call's sum is settled (a kernel that gave up left its buffer as
     // it was). At the stamp wrap, before the scrub clears the words that say so, every
     // earlier call of every set; else after this call's flags, off its path.
-    const std::uint32_t settled = c.stamp == 0xFFFFFFFFu ? ~0u : c.parity;
+    const std::uint32_t settled = c.stamp == 0xFFFFFFFFu ? ~0u : c.slot_set;
     if (settled == ~0u && !settle(settled, why)) {
       unseen = true;
       return false;
@@ -715,20 +715,20 @@ class RelayHub {
     // Every device has published this call and none can publish again before it has the
     // sum: the moment to clear stale stamps before they repeat (once per 2^32 calls).
     if (c.stamp == 0xFFFFFFFFu) scrub();
-    last_stamp_[c.parity] = c.stamp;
+    last_stamp_[c.slot_set] = c.stamp;
     served_.fetch_add(1, std::memory_order_acq_rel);  // before any device can finish the call
     const RelayWithheld& withheld = relay_withheld();
     relay_store_fence();
     for (std::size_t d = 0; d < n_; ++d)
-      if (!withheld.call(d, c.sequence)) relay_store_word(&slot_words(d, c.parity)[relay_layout::flag], c.stamp);
+      if (!withheld.call(d, c.sequence)) relay_store_word(&slot_words(d, c.slot_set)[relay_layout::flag], c.stamp);
     relay_store_fence();
     const auto written = std::chrono::steady_clock::now();
-    served_sequence_[c.parity].store(c.sequence, std::memory_order_release);
+    served_sequence_[c.slot_set].store(c.sequence, std::memory_order_release);
     if (settled != ~0u && !settle(settled, why)) {  // (this call is not among them yet)
       unseen = true;
       return false;
     }
-    if (config_.confirm) unconfirmed_.push_back({c.sequence, c.stamp, c.parity, written});
+    if (config_.confirm) unconfirmed_.push_back({c.sequence, c.stamp, c.slot_set, written});
     arriving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(arrived - c.handed).count(),
                            std::memory_order_acq_rel);
     serving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(written - arrived).count(),
@@ -737,12 +737,12 @@ class RelayHub {
     return true;
   }
 
-  // What device d's kernel of the call stamped `stamp` on slot set `parity` left in its
+  // What device d's kernel of the call stamped `stamp` on slot set `slot_set` left in its
   // publish header: nothing yet, the sum seen (or a later call's of the set), or its wait
   // given up.
   enum class Outcome { pending, seen, gave_up };
-  Outcome kernel_outcome(std::size_t d, std::uint32_t parity, std::uint32_t stamp) const {
-    std::uint32_t* h = publish_header(d, parity);
+  Outcome kernel_outcome(std::size_t d, std::uint32_t slot_set, std::uint32_t stamp) const {
+    std::uint32_t* h = publish_header(d, slot_set);
     const auto word = [&](std::size_t i) { return std::atomic_ref<std::uint32_t>(h[i]).load(std::memory_order_acquire); };
     if (word(relay_layout::gave_up) == stamp) return Outcome::gave_up;
     const std::uint32_t seen = word(relay_layout::seen);
@@ -764,7 +764,7 @@ class RelayHub {
     for (auto it = unconfirmed_.begin(); it != unconfirmed_.end();) {
       bool all = true;
       for (std::size_t d = 0; d < n_; ++d) {
-        const Outcome o = kernel_outcome(d, it->parity, it->stamp);
+        const Outcome o = kernel_outcome(d, it->slot_set, it->stamp);
         if (o == Outcome::gave_up) {
           report_unseen(gave_up_why(d, it->sequence));
           unconfirmed_.clear();
@@ -788,16 +788,16 @@ class RelayHub {
     return true;
   }
 
-  // Every device arrived at a call of slot set `parity` (~0u: of every set), so each
+  // Every device arrived at a call of slot set `slot_set` (~0u: of every set), so each
   // finished the set's earlier calls: those whose kernel did not give up are settled.
-  bool settle(std::uint32_t parity, std::string& why) {
+  bool settle(std::uint32_t slot_set, std::string& why) {
     for (auto it = unconfirmed_.begin(); it != unconfirmed_.end();) {
-      if (parity != ~0u && it->parity != parity) {
+      if (slot_set != ~0u && it->slot_set != slot_set) {
         ++it;
         continue;
       }
       for (std::size_t d = 0; d < n_; ++d)
-        if (kernel_outcome(d, it->parity, it->stamp) == Outcome::gave_up) {
+        if (kernel_outcome(d, it->slot_set, it->stamp) == Outcome::gave_up) {
           why = gave_up_why(d, it->sequence);
           return false;
         }
@@ -810,7 +810,7 @@ class RelayHub {
   std::string unconfirmed_hint() const {
     for (const auto& u : unconfirmed_)
       for (std::size_t d = 0; d < n_; ++d)
-        if (kernel_outcome(d, u.parity, u.stamp) == Outcome::pending)
+        if (kernel_outcome(d, u.slot_set, u.stamp) == Outcome::pending)
           return "; device " + std::to_string(d) + "'s kernel had not confirmed the sum of relay call " + std::to_string(u.sequence) +
                  " either: it may not see the host's writes into its memory while it runs (what the relay's self-test checked at "
                  "creation)";
@@ -844,7 +844,7 @@ class RelayHub {
     const auto look = [&] {
       for (std::uint32_t left = unseen; left; left &= left - 1) {
         const auto d = static_cast<std::size_t>(std::countr_zero(left));
-        if (static_cast<std::uint32_t>(relay_load_unit(publish_units(d, c.parity) + begin) >> 32) == c.stamp) {
+        if (static_cast<std::uint32_t>(relay_load_unit(publish_units(d, c.slot_set) + begin) >> 32) == c.stamp) {
           first_seen_[d] = std::chrono::steady_clock::now();
           unseen &= ~(1u << d);
         }
@@ -868,7 +868,7 @@ class RelayHub {
     for (std::size_t base = begin; base < end; base += chunk) {
       const std::size_t m = std::min(chunk, end - base);
       bool first = k == 0;
-      for (std::size_t j = 0; j < k; ++j) units[j] = publish_units(device[j], c.parity) + base;
+      for (std::size_t j = 0; j < k; ++j) units[j] = publish_units(device[j], c.slot_set) + base;
       // One pass over every device's units; at the first value some device has not
       // stamped yet, wait for it and go on from there (a value a device wrote stays until
       // its next call, which needs this one's sum). relay_sum.hpp says why the loads need
@@ -901,18 +901,18 @@ class RelayHub {
         if (timed) note_arrivals(c);
       }
       for (std::size_t d = 0; d < n_; ++d)
-        std::memcpy(slot_words(d, c.parity) + relay_layout::payload + base, acc, m * sizeof(float));
+        std::memcpy(slot_words(d, c.slot_set) + relay_layout::payload + base, acc, m * sizeof(float));
     }
     return true;
   }
 
-  // The clock stamps of the call that last used slot set `parity` (done: a call got the
+  // The clock stamps of the call that last used slot set `slot_set` (done: a call got the
   // slot set after it), by device where its kernel wrote them (shaders/relay.glsl).
-  void note_kernel_times(std::uint32_t parity) {
-    const std::uint32_t prev = last_stamp_[parity];
+  void note_kernel_times(std::uint32_t slot_set) {
+    const std::uint32_t prev = last_stamp_[slot_set];
     if (!prev) return;
     for (std::size_t d = 0; d < n_; ++d) {
-      std::uint32_t* h = publish_header(d, parity);
+      std::uint32_t* h = publish_header(d, slot_set);
       const auto word = [&](std::size_t i) { return std::atomic_ref<std::uint32_t>(h[i]).load(std::memory_order_acquire); };
       if (word(relay_layout::clock_stamp_again) != prev || word(relay_layout::clock_stamp) != prev) continue;
       const std::uint32_t start = word(relay_layout::clock_start), published = word(relay_layout::clock_published),
@@ -1024,7 +1024,7 @@ class RelayHub {
   std::unique_ptr<std::atomic<std::uint64_t>[]> served_sequence_;
   struct Unconfirmed {
     std::uint64_t sequence = 0;
-    std::uint32_t stamp = 0, parity = 0;
+    std::uint32_t stamp = 0, slot_set = 0;
     std::chrono::steady_clock::time_point written;
   };
   std::deque<Unconfirmed> unconfirmed_;  // the thread's only: calls served, not yet confirmed by every kernel

@@ -137,14 +137,14 @@ class CommunicatorPort final : public StreamPort {
     if (pending.empty()) return {true, true};
     for (const auto& p : pending)
       for (std::size_t d = 0; d < n; ++d)
-        for (const auto& g : p.plan->submits[d][p.parity].groups)
+        for (const auto& g : p.plan->submits[d][p.slot_set].groups)
           if (&comm_.submitter_.ctx()[d].queue(g.role) != &comm_.group_[d].compute_queue()) return {false, true};
     for (std::size_t d = 0; d < n; ++d) {
       const auto& c = comm_.submitter_.ctx()[d];
       const vk::Semaphore own[] = {c.compute.handle(), c.transfer.handle(), c.download.handle()};
       bool waiting = false;
       for (const auto& p : pending)
-        for (const auto& g : p.plan->submits[d][p.parity].groups) {
+        for (const auto& g : p.plan->submits[d][p.slot_set].groups) {
           out[d].append(g.infos);
           for (const auto& info : g.infos) {
             // A wait on the device's own timelines is on a value already submitted.
@@ -179,7 +179,7 @@ class CommunicatorPort final : public StreamPort {
     const auto lock = comm_.use();
     const auto& o = comm_.options_;
     if (!o.relay_ride || o.profile || !comm_.relay_.hub() || !comm_.relay_.hub()->sites() || !comm_.last_plan_ ||
-        !comm_.is_relay(*comm_.last_plan_) || d >= comm_.size())
+        !takes_relay(comm_.last_plan_->schedule) || d >= comm_.size())
       return false;
     const auto& batches = comm_.last_plan_->schedule.devices[d].batches;
     return batches.size() == 1 && batches[0].commands.size() == 1 && batches[0].commands[0].type == Command::Type::kernel &&
@@ -235,17 +235,17 @@ class CommunicatorPort final : public StreamPort {
   RideCall ride_call(std::size_t d) const {
     if (!last_call_rides(d)) throw Error(ErrorCode::invalid_argument, "the last call cannot ride in a host's command buffer");
     const auto& plan = *comm_.last_plan_;
-    const std::uint32_t parity = comm_.last_parity_;
+    const std::uint32_t slot_set = comm_.last_slot_set_;
     const Command& cmd = plan.schedule.devices[d].batches[0].commands[0];
     Device& dev = comm_.group_[d];
     RideCall call;
     call.pipeline = dev.kernels().pipeline(cmd.kernel, plan.schedule.wire);
-    call.set = plan.descriptor_sets[d][parity];
+    call.set = plan.descriptor_sets[d][slot_set];
     call.args = cmd.args;
     call.groups = kernel_groups(cmd.kernel, cmd.args.count, dev.capabilities().max_workgroups_x);
     call.span = comm_.last_spans_[d];
-    call.slot_set = parity;
-    call.done = plan.submits[d][parity].signal_values[0];
+    call.slot_set = slot_set;
+    call.done = plan.submits[d][slot_set].signal_values[0];
     return call;
   }
 

@@ -42,7 +42,7 @@ class Submitter {
   using PlanType = Plan<Generation>;
   struct Pending {
     PlanType* plan;
-    std::uint32_t parity;
+    std::uint32_t slot_set;
     std::uint64_t relay;  // the relay's number for the call, or 0
   };
 
@@ -213,14 +213,14 @@ class Submitter {
     return out;
   }
 
-  // Blocks (bounded) until every device finished the call that last used slot set `parity`.
+  // Blocks (bounded) until every device finished the call that last used slot set `slot_set`.
   // Where that means blocking, it waits for the call that last used the set needed
   // depth/2 - 1 calls from now, so that the calls in between find theirs free: one
   // blocking wait (a sleep and a wake-up in the driver) per depth/2 calls rather than one
   // per call, with depth/2 calls or more still queued for the GPU.
-  void wait_for_slot_set(std::uint32_t parity, std::uint32_t depth) {
+  void wait_for_slot_set(std::uint32_t slot_set, std::uint32_t depth) {
     const std::size_t n = size();
-    const auto& need = slot_done_[parity];
+    const auto& need = slot_done_[slot_set];
     auto reached = [&] {
       for (std::size_t d = 0; d < n; ++d)
         for (std::size_t r = 0; r < role_count; ++r)
@@ -235,10 +235,10 @@ class Submitter {
     if (reached()) return;
     const std::uint32_t ahead = std::max<std::uint32_t>(1, depth / 2) - 1;
     auto span = Trace::instance().span("tpar slot wait");
-    wait_values(slot_done_[(parity + ahead) % depth], "the call that last used this staging slot set");
+    wait_values(slot_done_[(slot_set + ahead) % depth], "the call that last used this staging slot set");
     // The set itself: reached already where sets went round in order, not always across
     // a change of generation (a set's index may have been used later than the one ahead).
-    wait_values(slot_done_[parity], "the call that last used this staging slot set");
+    wait_values(slot_done_[slot_set], "the call that last used this staging slot set");
   }
 
   // Whether device d's timeline of role r reached `value`, asking the driver (without
@@ -293,10 +293,10 @@ class Submitter {
 
   // `relay_call`: the relay's number for this call (0: not a relay call), what its collect
   // batches wait for.
-  Ticket submit(PlanType& plan, std::uint32_t parity, const AllreduceArgs& args, std::uint64_t relay_call) {
+  Ticket submit(PlanType& plan, std::uint32_t slot_set, const AllreduceArgs& args, std::uint64_t relay_call) {
     const std::size_t n = size();
     for (std::size_t d = 0; d < n; ++d) {
-      auto& sub = plan.submits[d][parity];
+      auto& sub = plan.submits[d][slot_set];
       auto& c = ctx_[d];
       // Waits on the device's own timelines are left out where this call and the last run
       // all their batches on one queue, the same: each batch starts with a full barrier,
@@ -325,11 +325,11 @@ class Submitter {
         if (sub.signal_semaphores[s])
           sub.signal_values[s] = c.submitted[static_cast<int>(sub.signal_rules[s].first)] + sub.signal_rules[s].second + 1;
     }
-    for (std::size_t d = 0; d < n; ++d) plan.submits[d][parity].transfer_base = ctx_[d].submitted[1];
-    pending_.push_back({&plan, parity, relay_call});
+    for (std::size_t d = 0; d < n; ++d) plan.submits[d][slot_set].transfer_base = ctx_[d].submitted[1];
+    pending_.push_back({&plan, slot_set, relay_call});
     std::vector<TimelinePoint> done(n);
     std::vector<Ticket::DeviceWait> waits(n);
-    auto& slot = slot_done_[parity];
+    auto& slot = slot_done_[slot_set];
     for (std::size_t d = 0; d < n; ++d) {
       auto& c = ctx_[d];
       const std::uint64_t compute_base = c.submitted[0];
@@ -367,13 +367,13 @@ class Submitter {
       }
     };
     if (pending_.size() == 1) {
-      for (const auto& g : pending_[0].plan->submits[d][pending_[0].parity].groups) submit_to(c.queue(g.role), g.infos);
+      for (const auto& g : pending_[0].plan->submits[d][pending_[0].slot_set].groups) submit_to(c.queue(g.role), g.infos);
     } else {
       Queue* queues[role_count] = {};
       std::size_t used = 0;
       for (auto& batches : gather_[d]) batches.clear();
       for (const auto& p : pending_)
-        for (const auto& g : p.plan->submits[d][p.parity].groups) {
+        for (const auto& g : p.plan->submits[d][p.slot_set].groups) {
           Queue* q = &c.queue(g.role);
           std::size_t k = 0;
           while (k < used && queues[k] != q) ++k;
@@ -393,8 +393,8 @@ class Submitter {
     const std::size_t n = size();
     for (const auto& p : pending_)
       for (std::size_t d = 0; d < n; ++d)
-        for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
-          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
+        for (const auto& [src, index] : p.plan->submits[d][p.slot_set].expects)
+          sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.slot_set].transfer_base + index + 1);
     std::uint64_t relay_calls = 0;
     for (const auto& p : pending_) relay_calls = std::max(relay_calls, p.relay);
     if (relay_calls) relay_.hub()->submitted(relay_calls);
@@ -420,8 +420,8 @@ class Submitter {
       const std::size_t n = size();
       for (const auto& p : pending_)
         for (std::size_t d = 0; d < n; ++d)
-          for (const auto& [src, index] : p.plan->submits[d][p.parity].expects)
-            sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.parity].transfer_base + index + 1);
+          for (const auto& [src, index] : p.plan->submits[d][p.slot_set].expects)
+            sync_->expect(static_cast<std::uint32_t>(d), src, p.plan->submits[src][p.slot_set].transfer_base + index + 1);
       sync_->release_waiters();
       struct Owed {
         vk::Device device;
@@ -444,7 +444,7 @@ class Submitter {
             }
           }
         for (const auto& p : pending_)
-          for (const auto& g : p.plan->submits[d][p.parity].groups)
+          for (const auto& g : p.plan->submits[d][p.slot_set].groups)
             for (std::size_t k = 0; k < g.infos.size(); ++k)
               for (std::uint32_t i = 0; i < g.infos[k].signalSemaphoreCount; ++i) {
                 const vk::Semaphore sem = g.infos[k].pSignalSemaphores[i];
@@ -562,7 +562,7 @@ class Submitter {
   CommRelay& relay_;
   const PlanCache<Generation>& cache_;
   std::vector<DeviceContext> ctx_;
-  std::vector<Pending> pending_;  // deferred calls, in call order (distinct parities: at most depth)
+  std::vector<Pending> pending_;  // deferred calls, in call order (distinct slot sets: at most depth)
   std::vector<std::array<MergedBatches, role_count>> gather_;  // by device, queue: flush()'s batches
   // By device: the batches this flush() handed each queue, and how many of them reached
   // it (all, or those before a vkQueueSubmit that failed), for abandon_pending(). The
@@ -573,7 +573,7 @@ class Submitter {
   };
   std::vector<std::vector<Flushed>> flushed_;
   std::vector<std::pair<vk::Device, vk::Fence>> unsettled_;  // settle()'s fences that had not signalled
-  std::vector<std::vector<std::uint64_t>> slot_done_;  // [parity][role * n + device]
+  std::vector<std::vector<std::uint64_t>> slot_done_;  // [slot_set][role * n + device]
   std::uint64_t calls_ = 0;
   std::function<void()> before_wait_;  // tpar::Stream's: submit what it holds of tpar's calls
   std::atomic<bool> aborted_{false};   // abort() was called (from any thread)
