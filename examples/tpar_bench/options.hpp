@@ -317,14 +317,12 @@ inline Config parse(int argc, char** argv) {
                                            std::to_string(tpar::wire_block * sizeof(float)));
     } else if (a == "--max-pieces") {
       c.max_pieces = tpar_cli::parse_number<std::uint32_t>(program, a, value());
-      if (c.max_pieces < 1 || c.max_pieces > tpar::max_pieces_per_chunk)
-        tpar_cli::usage_error(program, "--max-pieces takes 1 to " + std::to_string(tpar::max_pieces_per_chunk));
+      if (!tpar::pieces_range.holds(c.max_pieces)) tpar_cli::usage_error(program, "--max-pieces takes " + tpar::pieces_range.text());
     } else if (a == "--link-window") {
       c.link_window = parse_payload(a, value());
     } else if (a == "--lanes") {
       c.lanes = tpar_cli::parse_number<std::uint32_t>(program, a, value());
-      if (c.lanes < 1 || c.lanes > tpar::max_pieces_per_chunk)
-        tpar_cli::usage_error(program, "--lanes takes 1 to " + std::to_string(tpar::max_pieces_per_chunk));
+      if (!tpar::pieces_range.holds(c.lanes)) tpar_cli::usage_error(program, "--lanes takes " + tpar::pieces_range.text());
     } else if (a == "--downloads") {
       const std::string_view v = value();
       if (v == "compute") c.downloads = tpar::DownloadQueue::compute;
@@ -335,8 +333,7 @@ inline Config parse(int argc, char** argv) {
       if (c.defer < 1 || c.defer > 8) tpar_cli::usage_error(program, "--defer takes 1 to 8 calls per submission");
     } else if (a == "--depth") {
       c.depth = tpar_cli::parse_number<std::uint32_t>(program, a, value());
-      if (c.depth < 1 || c.depth > tpar::max_depth)
-        tpar_cli::usage_error(program, "--depth takes 1 to " + std::to_string(tpar::max_depth));
+      if (!tpar::depth_range.holds(c.depth)) tpar_cli::usage_error(program, "--depth takes " + tpar::depth_range.text());
     } else if (a == "--chain") {
       c.chain_steps = tpar_cli::parse_number<std::uint32_t>(program, a, value());
       if (c.chain_steps < 1 || c.chain_steps > 100000) tpar_cli::usage_error(program, "--chain takes 1 to 100000 steps");

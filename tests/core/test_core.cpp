@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -110,6 +111,54 @@ TEST_CASE("environment overrides are parsed and unknown values rejected with the
     refused("a size of 4 bytes to 64M");
   }
   ::unsetenv("TPAR_RELAY_MAX");
+}
+
+TEST_CASE("every environment override of the table applies its values and refuses the rest, naming them") {
+  // One value each row takes, and one it does not: a row that applied nothing, or took
+  // anything, or listed no valid values in its error, fails here.
+  const std::map<std::string_view, std::pair<const char*, const char*>> sample{
+      {"TPAR_SYNC", {"proxy", "nvlink"}},        {"TPAR_ALGO", {"oneshot", "tree"}},  {"TPAR_WIRE", {"bf16", "fp8"}},
+      {"TPAR_DEPTH", {"7", "129"}},              {"TPAR_RELAY_MAX", {"16K", "3"}},    {"TPAR_RELAY_SUM", {"scalar", "fast"}},
+      {"TPAR_RELAY_THREADS", {"3", "17"}},        {"TPAR_RELAY_RIDE", {"0", "2"}},     {"TPAR_STREAM_HOLD", {"5", "1025"}}};
+  CHECK(detail::env_options().size() == sample.size());
+  const Options base;
+  // The members the environment sets.
+  const auto same = [](const Options& a, const Options& b) {
+    return a.sync == b.sync && a.algo == b.algo && a.wire == b.wire && a.depth == b.depth &&
+           a.relay_max_bytes == b.relay_max_bytes && a.relay_scalar_sum == b.relay_scalar_sum &&
+           a.relay_threads == b.relay_threads && a.relay_ride == b.relay_ride && a.stream_hold == b.stream_hold;
+  };
+  for (const detail::EnvOption& row : detail::env_options()) {
+    CAPTURE(row.env);
+    REQUIRE(sample.count(row.env) == 1);
+    const std::string env(row.env);
+    const auto [good, bad] = sample.at(row.env);
+    ::setenv(env.c_str(), good, 1);
+    const Options set = base.with_environment();
+    CHECK_FALSE(same(set, base));  // the value changed something
+    Options by_row = base;
+    CHECK(row.apply(by_row, good));
+    CHECK(same(by_row, set));
+    ::setenv(env.c_str(), bad, 1);
+    try {
+      (void)base.with_environment();
+      FAIL("accepted " << bad);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::invalid_argument);
+      CHECK(std::string(e.what()) == env + "=" + bad + " is not valid; use one of: " + row.valid());
+    }
+    Options untouched = base;
+    CHECK_FALSE(row.apply(untouched, bad));
+    CHECK(same(untouched, base));
+    ::setenv(env.c_str(), "", 1);  // empty: unset
+    CHECK(same(base.with_environment(), base));
+    ::unsetenv(env.c_str());
+  }
+  CHECK(detail::choice_names(all_sync_choices) == "auto, native, proxy");
+  CHECK(detail::choice_names(all_algo_choices) == "auto, ring, oneshot, relay");
+  CHECK(depth_range.text() == "1 to 128");
+  CHECK(stream_hold_range.holds(1024));
+  CHECK_FALSE(stream_hold_range.holds(1025));
 }
 
 TEST_CASE("the default wire is f32 for small payloads and bf16 for large ones") {

@@ -1,12 +1,16 @@
-// Options — what a communicator may choose for itself, and the environment overrides
-// (TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_MAX, TPAR_RELAY_SUM,
-// TPAR_RELAY_THREADS, TPAR_STREAM_HOLD) a user can set without recompiling the host.
+// Options — what a communicator may choose for itself; the ranges its whole-number
+// options take; and one table of the environment overrides a user can set without
+// recompiling the host (detail::env_options(): TPAR_SYNC, TPAR_ALGO, TPAR_WIRE,
+// TPAR_DEPTH, TPAR_RELAY_MAX, TPAR_RELAY_SUM, TPAR_RELAY_THREADS, TPAR_RELAY_RIDE,
+// TPAR_STREAM_HOLD), which with_environment() and the checks of bad values read.
 #pragma once
 
+#include <tpar/core/error.hpp>
 #include <tpar/core/wire.hpp>
 #include <tpar/core/detail/known_enum.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstddef>
@@ -168,9 +172,9 @@ struct Options {
     return payload_bytes >= bf16_min_bytes ? Wire::bf16 : Wire::f32;
   }
 
-  // These options with TPAR_SYNC, TPAR_ALGO, TPAR_WIRE, TPAR_DEPTH, TPAR_RELAY_MAX,
-  // TPAR_RELAY_SUM, TPAR_RELAY_THREADS and TPAR_STREAM_HOLD applied where set.
-  // An unknown value throws an Error that lists the valid ones.
+  // These options with every variable of detail::env_options() applied where set (an
+  // empty one counts as unset). A bad value throws Error(invalid_argument) that lists
+  // the valid ones, and nothing is applied.
   Options with_environment() const;
 
   // Throws Error(invalid_argument) where an enum field holds a value no enumerator names
@@ -183,6 +187,19 @@ struct Options {
   }
 };
 
+// The ranges of the whole-number options, read by Options' checks, the environment and
+// the C ABI (one place each is written).
+struct OptionRange {
+  std::uint64_t lo, hi;
+  constexpr bool holds(std::uint64_t v) const { return v >= lo && v <= hi; }
+  std::string text() const { return std::to_string(lo) + " to " + std::to_string(hi); }
+};
+inline constexpr OptionRange depth_range{1, max_depth};                   // Options::depth (0: sized by bytes)
+inline constexpr OptionRange pieces_range{1, max_pieces_per_chunk};       // Options::max_pieces, Options::lanes
+inline constexpr OptionRange relay_threads_range{1, max_relay_threads};   // Options::relay_threads
+inline constexpr OptionRange stream_hold_range{1, 1024};                  // Options::stream_hold (0 or 1: at once)
+inline constexpr OptionRange relay_max_range{4, std::uint64_t{64} << 20};  // Options::relay_max_bytes, a multiple of 4
+
 namespace detail {
 
 inline const char* env_value(const char* name) {
@@ -190,87 +207,130 @@ inline const char* env_value(const char* name) {
   return v && *v ? v : nullptr;
 }
 
-[[noreturn]] inline void bad_env(const char* name, std::string_view value, std::string_view valid) {
-  throw Error(ErrorCode::invalid_argument,
-              std::string(name) + "=" + std::string(value) + " is not valid; use one of: " + std::string(valid));
+// The enumerator whose name (to_string) is `s`, and the names an error lists.
+template <class E, std::size_t N>
+std::optional<E> parse_choice(std::string_view s, const std::array<E, N>& all) {
+  for (E e : all)
+    if (to_string(e) == s) return e;
+  return std::nullopt;
+}
+template <class E, std::size_t N>
+std::string choice_names(const std::array<E, N>& all) {
+  std::string out;
+  for (E e : all) out += (out.empty() ? "" : ", ") + std::string(to_string(e));
+  return out;
+}
+
+// Digits only, no sign, no overflow.
+inline std::optional<std::uint64_t> parse_whole(std::string_view s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  std::uint64_t v = 0;
+  for (const char c : s) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return v;
+}
+
+// A size in bytes, or with K or M (64K, 1M), within relay_max_range and a multiple of 4.
+inline std::optional<std::uint64_t> parse_relay_size(std::string_view s) {
+  std::uint64_t shift = 0;
+  if (!s.empty() && (s.back() == 'K' || s.back() == 'k')) shift = 10;
+  else if (!s.empty() && (s.back() == 'M' || s.back() == 'm')) shift = 20;
+  const auto v = parse_whole(shift ? s.substr(0, s.size() - 1) : s);
+  if (!v || *v > (relay_max_range.hi >> shift)) return std::nullopt;
+  const std::uint64_t b = *v << shift;
+  if (!relay_max_range.holds(b) || b % 4) return std::nullopt;
+  return b;
+}
+
+// One option a user sets from the environment: the variable, the Options member it sets,
+// the values it takes (as an error lists them), and how a value is applied (false: it is
+// not one of them, and nothing is changed).
+struct EnvOption {
+  std::string_view env;
+  std::string_view field;
+  std::string (*valid)();
+  bool (*apply)(Options&, std::string_view);
+};
+
+// Every environment override, in the order with_environment() applies them; docs/api.md
+// and docs/integrating-ggml.md name each (tests/tools/check_env_docs.py).
+inline const std::array<EnvOption, 9>& env_options() {
+  static const std::array<EnvOption, 9> table{{
+      {"TPAR_SYNC", "sync", [] { return choice_names(all_sync_choices); },
+       [](Options& o, std::string_view s) {
+         const auto c = parse_choice(s, all_sync_choices);
+         if (c) o.sync = *c;
+         return c.has_value();
+       }},
+      {"TPAR_ALGO", "algo", [] { return choice_names(all_algo_choices); },
+       [](Options& o, std::string_view s) {
+         const auto c = parse_choice(s, all_algo_choices);
+         if (c) o.algo = *c;
+         return c.has_value();
+       }},
+      {"TPAR_WIRE", "wire", [] { return "auto, " + choice_names(all_wires); },
+       [](Options& o, std::string_view s) {
+         if (s == "auto") return o.wire.reset(), true;
+         const auto w = parse_choice(s, all_wires);
+         if (w) o.wire = *w;
+         return w.has_value();
+       }},
+      {"TPAR_DEPTH", "depth", [] { return "auto, or " + depth_range.text(); },
+       [](Options& o, std::string_view s) {
+         if (s == "auto") return o.depth = 0, true;
+         const auto d = parse_whole(s);
+         if (!d || !depth_range.holds(*d)) return false;
+         o.depth = static_cast<std::uint32_t>(*d);
+         return true;
+       }},
+      {"TPAR_RELAY_MAX", "relay_max_bytes",
+       [] { return std::string("a size of 4 bytes to 64M, a multiple of 4 (65536, 64K, 1M)"); },
+       [](Options& o, std::string_view s) {
+         const auto b = parse_relay_size(s);
+         if (b) o.relay_max_bytes = static_cast<std::size_t>(*b);
+         return b.has_value();
+       }},
+      {"TPAR_RELAY_SUM", "relay_scalar_sum", [] { return std::string("vector, scalar"); },
+       [](Options& o, std::string_view s) {
+         if (s != "vector" && s != "scalar") return false;
+         o.relay_scalar_sum = s == "scalar";
+         return true;
+       }},
+      {"TPAR_RELAY_THREADS", "relay_threads", [] { return relay_threads_range.text(); },
+       [](Options& o, std::string_view s) {
+         const auto t = parse_whole(s);
+         if (!t || !relay_threads_range.holds(*t)) return false;
+         o.relay_threads = static_cast<std::uint32_t>(*t);
+         return true;
+       }},
+      {"TPAR_RELAY_RIDE", "relay_ride", [] { return std::string("0 or 1"); },
+       [](Options& o, std::string_view s) {
+         if (s != "0" && s != "1") return false;
+         o.relay_ride = s == "1";
+         return true;
+       }},
+      {"TPAR_STREAM_HOLD", "stream_hold", [] { return stream_hold_range.text(); },
+       [](Options& o, std::string_view s) {
+         const auto h = parse_whole(s);
+         if (!h || !stream_hold_range.holds(*h)) return false;
+         o.stream_hold = static_cast<std::uint32_t>(*h);
+         return true;
+       }},
+  }};
+  return table;
 }
 
 }  // namespace detail
 
 inline Options Options::with_environment() const {
   Options o = *this;
-  if (const char* v = detail::env_value("TPAR_SYNC")) {
-    const std::string_view s(v);
-    if (s == "auto") o.sync = SyncChoice::automatic;
-    else if (s == "native") o.sync = SyncChoice::native;
-    else if (s == "proxy") o.sync = SyncChoice::proxy;
-    else detail::bad_env("TPAR_SYNC", s, "auto, native, proxy");
-  }
-  if (const char* v = detail::env_value("TPAR_ALGO")) {
-    const std::string_view s(v);
-    if (s == "auto") o.algo = AlgoChoice::automatic;
-    else if (s == "ring") o.algo = AlgoChoice::ring;
-    else if (s == "oneshot") o.algo = AlgoChoice::oneshot;
-    else if (s == "relay") o.algo = AlgoChoice::relay;
-    else detail::bad_env("TPAR_ALGO", s, "auto, ring, oneshot, relay");
-  }
-  if (const char* v = detail::env_value("TPAR_DEPTH")) {
-    const std::string_view s(v);
-    if (s == "auto") {
-      o.depth = 0;
-    } else {
-      char* end = nullptr;
-      const unsigned long d = std::strtoul(v, &end, 10);
-      if (*end || s.empty() || d < 1 || d > max_depth)
-        detail::bad_env("TPAR_DEPTH", s, "auto, or 1 to " + std::to_string(max_depth));
-      o.depth = static_cast<std::uint32_t>(d);
-    }
-  }
-  if (const char* v = detail::env_value("TPAR_RELAY_SUM")) {
-    const std::string_view s(v);
-    if (s == "vector") o.relay_scalar_sum = false;
-    else if (s == "scalar") o.relay_scalar_sum = true;
-    else detail::bad_env("TPAR_RELAY_SUM", s, "vector, scalar");
-  }
-  if (const char* v = detail::env_value("TPAR_RELAY_MAX")) {
-    const std::string_view s(v);
-    char* end = nullptr;
-    unsigned long long b = std::isdigit(static_cast<unsigned char>(s[0])) ? std::strtoull(v, &end, 10) : 0;
-    const std::string_view unit = end ? std::string_view(end) : std::string_view();
-    if (unit == "K" || unit == "k") b = b <= (1u << 16) ? b << 10 : 0;
-    else if (unit == "M" || unit == "m") b = b <= 64 ? b << 20 : 0;
-    else if (!unit.empty()) b = 0;
-    if (b < 4 || b > (std::size_t{64} << 20) || b % 4)
-      detail::bad_env("TPAR_RELAY_MAX", s, "a size of 4 bytes to 64M, a multiple of 4 (65536, 64K, 1M)");
-    o.relay_max_bytes = static_cast<std::size_t>(b);
-  }
-  if (const char* v = detail::env_value("TPAR_RELAY_THREADS")) {
-    const std::string_view s(v);
-    char* end = nullptr;
-    const unsigned long t = std::strtoul(v, &end, 10);
-    if (*end || t < 1 || t > max_relay_threads || !std::isdigit(static_cast<unsigned char>(s[0])))
-      detail::bad_env("TPAR_RELAY_THREADS", s, "1 to " + std::to_string(max_relay_threads));
-    o.relay_threads = static_cast<std::uint32_t>(t);
-  }
-  if (const char* v = detail::env_value("TPAR_STREAM_HOLD")) {
-    const std::string_view s(v);
-    char* end = nullptr;
-    const unsigned long h = std::strtoul(v, &end, 10);
-    if (*end || h < 1 || h > 1024 || !std::isdigit(static_cast<unsigned char>(s[0])))
-      detail::bad_env("TPAR_STREAM_HOLD", s, "1 to 1024");
-    o.stream_hold = static_cast<std::uint32_t>(h);
-  }
-  if (const char* v = detail::env_value("TPAR_RELAY_RIDE")) {
-    const std::string_view s(v);
-    if (s == "0") o.relay_ride = false;
-    else if (s == "1") o.relay_ride = true;
-    else detail::bad_env("TPAR_RELAY_RIDE", s, "0 or 1");
-  }
-  if (const char* v = detail::env_value("TPAR_WIRE")) {
-    const std::string_view s(v);
-    if (s == "auto") o.wire.reset();
-    else if (auto w = parse_wire(s)) o.wire = *w;
-    else detail::bad_env("TPAR_WIRE", s, "auto, f32, bf16, f16");
+  for (const detail::EnvOption& row : detail::env_options()) {
+    const char* v = detail::env_value(std::string(row.env).c_str());
+    if (v && !row.apply(o, v))
+      throw Error(ErrorCode::invalid_argument,
+                  std::string(row.env) + "=" + v + " is not valid; use one of: " + row.valid());
   }
   return o;
 }

@@ -23,17 +23,17 @@ namespace tpar::inline v0::detail {
 // The options a communicator is made with, past their enums (Options::validate_enums):
 // depth, pieces, lanes and the timeout in range.
 inline void validate_options(const Options& options) {
-  if (options.depth > max_depth)
+  if (options.depth && !depth_range.holds(options.depth))
     throw Error(ErrorCode::invalid_argument, "depth " + std::to_string(options.depth) + " is out of range: use 0 (sized by " +
-                                                 "staging_in_flight) or 1 to " + std::to_string(max_depth));
+                                                 "staging_in_flight) or " + depth_range.text());
   if (!options.depth && options.staging_in_flight == 0)
     throw Error(ErrorCode::invalid_argument, "staging_in_flight must be positive where depth is 0");
-  const std::string up_to = "use 1 to " + std::to_string(max_pieces_per_chunk);
-  if (options.lanes < 1 || options.lanes > max_pieces_per_chunk)
+  const std::string up_to = "use " + pieces_range.text();
+  if (!pieces_range.holds(options.lanes))
     throw Error(ErrorCode::invalid_argument, "lanes " + std::to_string(options.lanes) + " is out of range: " + up_to);
   if (options.piece_bytes && options.piece_bytes < wire_block * sizeof(float))
     throw Error(ErrorCode::invalid_argument, "piece_bytes must be 0 (automatic) or at least " + std::to_string(wire_block * sizeof(float)));
-  if (options.max_pieces < 1 || options.max_pieces > max_pieces_per_chunk)
+  if (!pieces_range.holds(options.max_pieces))
     throw Error(ErrorCode::invalid_argument, "max_pieces " + std::to_string(options.max_pieces) + " is out of range: " + up_to);
   if (options.timeout.count() <= 0) throw Error(ErrorCode::invalid_argument, "timeout must be positive");
 }
