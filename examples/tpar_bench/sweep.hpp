@@ -100,7 +100,7 @@ inline bool run_sweep(tpar::DeviceGroup& group, const Config& cfg, const std::op
       header_printed = true;
     }
     if (text && runs_ring(comm, cfg))
-      std::printf("# ring downloads: %s\n", comm.schedule_request(1).separate_downloads
+      std::printf("# ring downloads: %s\n", comm.schedule_request(1).ring.separate_downloads
                                                 ? "batches of their own (second transfer queue where the device has one)"
                                                 : "in the combine's batch (compute queue)");
     if (text && cfg.relay_peers)

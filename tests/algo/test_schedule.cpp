@@ -46,11 +46,11 @@ void check_algorithm(std::uint32_t n, std::size_t count, Wire wire, std::uint32_
   rq.count = count;
   rq.wire = wire;
   rq.contributing = contributing;
-  rq.piece_elems = piece;
-  rq.min_piece_wire_bytes = 2048;  // automatic pieces (piece == 0): several even at test sizes
-  rq.max_pieces = 3;
-  rq.lanes = lanes;
-  rq.separate_downloads = separate_downloads;
+  rq.ring.piece_elems = piece;
+  rq.ring.min_piece_wire_bytes = 2048;  // automatic pieces (piece == 0): several even at test sizes
+  rq.ring.max_pieces = 3;
+  rq.ring.lanes = lanes;
+  rq.ring.separate_downloads = separate_downloads;
   rq.max_scratch_bytes = max_scratch;
   const Schedule s = Algo::build(rq);
   CAPTURE(n);
@@ -177,12 +177,12 @@ TEST_CASE("ChunkedRing sizes pieces by wire bytes: at least the minimum, at most
   CHECK(ChunkedRing::pieces_per_chunk(rq) == 1);
   rq.count = 1000;
   CHECK(ChunkedRing::pieces_per_chunk(rq) == 1);
-  rq.piece_elems = 1 << 20;          // fixed pieces of 4 MiB f32
+  rq.ring.piece_elems = 1 << 20;          // fixed pieces of 4 MiB f32
   rq.count = std::size_t{64} << 20;
   CHECK(ChunkedRing::pieces_per_chunk(rq) == 32);
   // Fixed pieces too small for the chunk: at most max_pieces_per_chunk, each larger.
   // (2 KiB pieces of a 64 MiB call, 16,384 a chunk, made NVIDIA's driver lose the device.)
-  rq.piece_elems = 512;
+  rq.ring.piece_elems = 512;
   rq.count = std::size_t{16} << 20;
   CHECK(ChunkedRing::pieces_per_chunk(rq) == max_pieces_per_chunk);
   rq.count = 2 * 64 * 512;  // exactly 64 pieces of 512 a chunk
@@ -217,8 +217,8 @@ TEST_CASE("ChunkedRing fits its scratch in max_scratch_bytes: more pieces, then 
   };
   auto check_fits = [&](ScheduleRequest rq, std::size_t pieces_free, std::uint64_t scratch_free, std::size_t pieces_fit) {
     CAPTURE(rq.count);
-    CAPTURE(rq.lanes);
-    CAPTURE(rq.max_pieces);
+    CAPTURE(rq.ring.lanes);
+    CAPTURE(rq.ring.max_pieces);
     // No limit, or one not reached: the schedule as it always was.
     const Schedule free = ChunkedRing::build(rq);
     CHECK(ChunkedRing::pieces_per_chunk(rq) == pieces_free);
@@ -242,14 +242,14 @@ TEST_CASE("ChunkedRing fits its scratch in max_scratch_bytes: more pieces, then 
   // 64 MiB with one piece a chunk on 6 lanes (seen on a GPU + llvmpipe group): 32 MiB pieces
   // -> 384 MiB; 4 pieces of 8 MiB (96 MiB) fit, 3 of 10.7 MiB not quite.
   rq.count = 16 * mib;
-  rq.lanes = 6;
-  rq.max_pieces = 1;
+  rq.ring.lanes = 6;
+  rq.ring.max_pieces = 1;
   check_fits(rq, 1, 384 * mib, 4);
 
   // Where even max_pieces_per_chunk pieces leave the lanes too large, fewer lanes: 64
   // pieces of 4 KiB a chunk, 8 KiB a lane, so a 16 KiB limit holds two of the four.
   rq.count = 2 * 128 * wire_block;
-  rq.lanes = 4;
+  rq.ring.lanes = 4;
   rq.max_scratch_bytes = 16 << 10;
   CHECK(ChunkedRing::pieces_per_chunk(rq) == max_pieces_per_chunk);
   const Schedule two = ChunkedRing::build(rq);
@@ -269,8 +269,8 @@ TEST_CASE("ChunkedRing pipelines: uploads of one piece precede downloads of the 
   ScheduleRequest rq;
   rq.devices = 4;
   rq.count = 64 * 1024;
-  rq.piece_elems = 4096;
-  rq.lanes = 4;
+  rq.ring.piece_elems = 4096;
+  rq.ring.lanes = 4;
   const auto s = ChunkedRing::build(rq);
   // 64Ki values / 4 chunks / 4096 per piece = 4 pieces per chunk; 6 steps.
   CHECK(s.devices[0].count(Role::compute) == 4 + 6 * 4);
@@ -285,9 +285,9 @@ TEST_CASE("ChunkedRing with separate downloads: each on its own queue, the combi
   ScheduleRequest rq;
   rq.devices = 3;
   rq.count = 48 * 1024;
-  rq.piece_elems = 4096;  // 4 pieces per chunk
-  rq.lanes = 2;
-  rq.separate_downloads = true;
+  rq.ring.piece_elems = 4096;  // 4 pieces per chunk
+  rq.ring.lanes = 2;
+  rq.ring.separate_downloads = true;
   const auto s = ChunkedRing::build(rq);
   for (std::uint32_t d = 0; d < 3; ++d) {
     CAPTURE(d);
@@ -338,8 +338,8 @@ TEST_CASE("Relay: one compute batch and one kernel per device, or publish and co
         rq.count = 4097;
         rq.wire = Wire::bf16;  // asked for; the relay carries f32
         rq.contributing = contributing;
-        rq.relay_queue_waits = queue_waits;
-        rq.relay_spin_bound_ms = 1234;
+        rq.relay.queue_waits = queue_waits;
+        rq.relay.spin_bound_ms = 1234;
         const Schedule s = Relay::build(rq);
         CAPTURE(n);
         CAPTURE(contributing);
@@ -380,47 +380,47 @@ TEST_CASE("Relay: one compute batch and one kernel per device, or publish and co
 TEST_CASE("BySize: the relay up to its bounds where allowed or asked for, then OneShot and ChunkedRing") {
   ScheduleRequest rq;
   rq.devices = 4;
-  rq.relay_max_bytes = 64 << 10;
-  rq.oneshot_max_bytes = 12 << 20;
+  rq.relay.max_bytes = 64 << 10;
+  rq.by_size.oneshot_max_bytes = 12 << 20;
   auto algo = [&](std::size_t count) {
     rq.count = count;
     return std::string(BySize::build(rq).algorithm);
   };
   // Not allowed automatically (one physical device, or no host-visible device memory).
-  rq.relay_automatic = false;
+  rq.relay.automatic = false;
   CHECK(algo(4096) == "oneshot");
   // Allowed: the small calls.
-  rq.relay_automatic = true;
+  rq.relay.automatic = true;
   CHECK(algo(1) == "relay");
   CHECK(algo(16384) == "relay");   // 64 KiB
   CHECK(algo(16385) == "oneshot");
   CHECK(algo(std::size_t{8} << 20) == "ring");
   // The automatic choice's own bound (the group's RelayGate: 32 KiB on four GPUs); asked
-  // for, the relay takes calls up to relay_max_bytes.
-  rq.relay_automatic_max_bytes = 32 << 10;
+  // for, the relay takes calls up to relay.max_bytes.
+  rq.relay.automatic_max_bytes = 32 << 10;
   CHECK(algo(8192) == "relay");
   CHECK(algo(8193) == "oneshot");
-  rq.choice = AlgoChoice::relay;
+  rq.by_size.choice = AlgoChoice::relay;
   CHECK(algo(16384) == "relay");
-  rq.choice = AlgoChoice::automatic;
-  rq.relay_automatic_max_bytes = 64 << 10;
+  rq.by_size.choice = AlgoChoice::automatic;
+  rq.relay.automatic_max_bytes = 64 << 10;
   // A single device needs no relay.
   rq.devices = 1;
   CHECK(algo(16) == "oneshot");
   rq.devices = 4;
   // Asked for: every call that fits, the rest as automatic; other choices keep theirs.
-  rq.relay_automatic = false;
-  rq.choice = AlgoChoice::relay;
+  rq.relay.automatic = false;
+  rq.by_size.choice = AlgoChoice::relay;
   CHECK(algo(16384) == "relay");
   CHECK(algo(16385) == "oneshot");
   CHECK(algo(std::size_t{8} << 20) == "ring");
   rq.devices = 1;
   CHECK(algo(16) == "relay");  // host-played peers
   rq.devices = 4;
-  rq.relay_automatic = true;
-  rq.choice = AlgoChoice::oneshot;
+  rq.relay.automatic = true;
+  rq.by_size.choice = AlgoChoice::oneshot;
   CHECK(algo(16) == "oneshot");
-  rq.choice = AlgoChoice::ring;
+  rq.by_size.choice = AlgoChoice::ring;
   CHECK(algo(16) == "ring");
 }
 
@@ -451,12 +451,12 @@ TEST_CASE("each schedule says how it travels: the relay's schedules take the rel
   CHECK_FALSE(takes_relay(ring));
   CHECK(ring.scratch_per_piece);  // the ring's scratch is its pieces', not the tensor's
   // BySize's schedules are the ones it chose, and say so whatever name they carry.
-  rq.choice = AlgoChoice::relay;
+  rq.by_size.choice = AlgoChoice::relay;
   CHECK(takes_relay(BySize::build(rq)));
-  rq.count = rq.relay_max_bytes / sizeof(float) + 1;  // too large for the relay: as automatic
+  rq.count = rq.relay.max_bytes / sizeof(float) + 1;  // too large for the relay: as automatic
   CHECK_FALSE(takes_relay(BySize::build(rq)));
-  rq.choice = AlgoChoice::automatic;
-  rq.relay_automatic = true;
+  rq.by_size.choice = AlgoChoice::automatic;
+  rq.relay.automatic = true;
   rq.count = 16;
   CHECK(takes_relay(BySize::build(rq)));
 }

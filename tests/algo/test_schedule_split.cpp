@@ -81,7 +81,7 @@ TEST_CASE("OneShot splits per device, the ring does not, the relay waits on its 
     ScheduleRequest rq = request(n, 1024);
     const Schedule relay = Relay::build(rq);
     CHECK(waits_on_host_only(relay));
-    rq.relay_queue_waits = ~0u;  // the sum awaited at the queue: the second batch waits on the host thread
+    rq.relay.queue_waits = ~0u;  // the sum awaited at the queue: the second batch waits on the host thread
     const Schedule queued = Relay::build(rq);
     CHECK(waits_on_host_only(queued));
     for (std::uint32_t d = 0; d < n; ++d) CHECK(leading_batches(queued, d) == 1);

@@ -837,7 +837,7 @@ TEST_CASE("options holding enum values no enumerator names are refused when the 
   rq.wire = static_cast<Wire>(4);
   CHECK(code_of([&] { (void)BySize::build(rq); }) == ErrorCode::invalid_argument);
   rq = comm.schedule_request(4096);
-  rq.choice = static_cast<AlgoChoice>(8);
+  rq.by_size.choice = static_cast<AlgoChoice>(8);
   CHECK(code_of([&] { (void)BySize::build(rq); }) == ErrorCode::invalid_argument);
 }
 

@@ -18,17 +18,17 @@ struct BySize {
   static constexpr AlgoChoice choice = AlgoChoice::automatic;
 
   static bool use_relay(const ScheduleRequest& rq) {
-    if (rq.count * sizeof(float) > rq.relay_max_bytes) return false;
-    if (rq.choice == AlgoChoice::relay) return true;
-    return rq.choice == AlgoChoice::automatic && rq.relay_automatic && rq.devices >= 2 &&
-           rq.count * sizeof(float) <= rq.relay_automatic_max_bytes;
+    if (!Relay::takes(rq)) return false;
+    if (rq.by_size.choice == AlgoChoice::relay) return true;
+    return rq.by_size.choice == AlgoChoice::automatic && Relay::automatic_takes(rq);
   }
 
   // Asked for the relay, a call too large for it goes as chosen automatically.
   static bool use_oneshot(const ScheduleRequest& rq) {
-    if (rq.choice != AlgoChoice::automatic && rq.choice != AlgoChoice::relay)
-      return rq.choice == AlgoChoice::oneshot || rq.devices < 2;
-    return rq.devices < 2 || rq.count * sizeof(float) * (rq.devices - 1) <= rq.oneshot_max_bytes;
+    const AlgoChoice asked = rq.by_size.choice;
+    if (asked != AlgoChoice::automatic && asked != AlgoChoice::relay)
+      return asked == AlgoChoice::oneshot || rq.devices < 2;
+    return rq.devices < 2 || rq.count * sizeof(float) * (rq.devices - 1) <= rq.by_size.oneshot_max_bytes;
   }
 
   static Schedule build(const ScheduleRequest& rq) {

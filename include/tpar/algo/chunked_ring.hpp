@@ -3,8 +3,8 @@
 // and each chunk into pieces; a piece travels 2(n-1) hops, each an upload by the sender
 // (transfer queue, into its host staging) and a download + combine by the receiver
 // (compute queue), so uploads of one piece overlap downloads and adds of the next. With
-// separate_downloads the download runs on its own queue (a second copy engine) and the
-// combine waits for it, so the device copies both ways at once on two engines.
+// RingParams::separate_downloads the download runs on its own queue (a second copy engine)
+// and the combine waits for it, so the device copies both ways at once on two engines.
 //
 // Chunk c starts at device c and is reduced along c, c+1, ..., c-1; its owner c-1 rounds
 // the final sum through the wire and keeps exactly what it sends, and every other device
@@ -57,13 +57,13 @@ struct ChunkedRing {
   static std::size_t preferred_pieces(const ScheduleRequest& rq) {
     const std::size_t blocks = (rq.count + wire_block - 1) / wire_block;
     const std::size_t max_chunk_blocks = (blocks + rq.devices - 1) / rq.devices;
-    if (rq.piece_elems) {
-      const std::size_t piece_blocks = std::max<std::size_t>(1, rq.piece_elems / wire_block);
+    if (rq.ring.piece_elems) {
+      const std::size_t piece_blocks = std::max<std::size_t>(1, rq.ring.piece_elems / wire_block);
       return std::clamp<std::size_t>((max_chunk_blocks + piece_blocks - 1) / piece_blocks, 1, max_pieces_per_chunk);
     }
     const std::size_t chunk_wire = wire_words(rq.wire, max_chunk_blocks * wire_block) * 4;
-    const std::size_t pieces = chunk_wire / std::max<std::size_t>(rq.min_piece_wire_bytes, 1);
-    return std::clamp<std::size_t>(pieces, 1, std::max<std::uint32_t>(rq.max_pieces, 1));
+    const std::size_t pieces = chunk_wire / std::max<std::size_t>(rq.ring.min_piece_wire_bytes, 1);
+    return std::clamp<std::size_t>(pieces, 1, std::max<std::uint32_t>(rq.ring.max_pieces, 1));
   }
 
   // Pieces per chunk: those asked for, or where their lanes would not fit in
@@ -72,7 +72,7 @@ struct ChunkedRing {
   static std::size_t pieces_per_chunk(const ScheduleRequest& rq) {
     std::size_t per_chunk = preferred_pieces(rq);
     if (rq.max_scratch_bytes) {
-      const std::uint64_t lanes = std::max<std::uint32_t>(rq.lanes, 1);
+      const std::uint64_t lanes = std::max<std::uint32_t>(rq.ring.lanes, 1);
       while (per_chunk < max_pieces_per_chunk && 2 * lanes * lane_bytes_for(rq, per_chunk) > rq.max_scratch_bytes) ++per_chunk;
     }
     return per_chunk;
@@ -82,7 +82,7 @@ struct ChunkedRing {
   // too large for max_scratch_bytes (at least one; what still does not fit, the
   // communicator reports).
   static std::uint32_t lanes_for(const ScheduleRequest& rq, std::uint64_t lane_bytes) {
-    const std::uint32_t lanes = std::max<std::uint32_t>(rq.lanes, 1);
+    const std::uint32_t lanes = std::max<std::uint32_t>(rq.ring.lanes, 1);
     if (!rq.max_scratch_bytes) return lanes;
     return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(rq.max_scratch_bytes / (2 * lane_bytes), 1, lanes));
   }
@@ -208,7 +208,7 @@ struct ChunkedRing {
           a.out_off = static_cast<std::uint32_t>(send_region(lane) / 4);
           a.mode = static_cast<std::uint32_t>(mode);
           Batch b;
-          if (rq.separate_downloads) {
+          if (rq.ring.separate_downloads) {
             const auto got = push_download({src, Role::transfer, in.index}, in.offset, bytes, lane);
             b.waits.push_back({d, Role::download, got});
           } else {

@@ -20,6 +20,13 @@ struct Relay {
   static constexpr std::string_view name = "relay";
   static constexpr AlgoChoice choice = AlgoChoice::relay;  // what Options::algo calls it
 
+  // Whether a call of the request's size is one the relay takes (RelayParams::max_bytes),
+  // and whether the automatic choice may give it one (the group's RelayGate).
+  static bool takes(const ScheduleRequest& rq) { return rq.count * sizeof(float) <= rq.relay.max_bytes; }
+  static bool automatic_takes(const ScheduleRequest& rq) {
+    return rq.relay.automatic && rq.devices >= 2 && rq.count * sizeof(float) <= rq.relay.automatic_max_bytes;
+  }
+
   static Schedule build(const ScheduleRequest& rq) {
     rq.validate_enums();
     const std::uint32_t n = rq.devices;
@@ -29,14 +36,14 @@ struct Relay {
     s.transport = Transport::relay;
     KernelArgs a;
     a.count = static_cast<std::uint32_t>(rq.count);
-    a.spin_bound = rq.relay_spin_bound_ms;
+    a.spin_bound = rq.relay.spin_bound_ms;
     for (std::uint32_t d = 0; d < n; ++d) {
       auto& out = s.devices[d].batches;
       const std::uint32_t publish = relay_mode::arrive | (rq.contributes(d) ? relay_mode::contribute : 0u);
       Batch first;
       first.role = Role::compute;
       first.wait_ready = first.wait_previous_call = true;
-      if ((rq.relay_queue_waits >> d) & 1u) {
+      if ((rq.relay.queue_waits >> d) & 1u) {
         a.mode = publish;
         first.commands.push_back(detail::kernel_cmd(Kernel::relay, a));
         first.commands.push_back(detail::barrier_cmd(Command::Type::host_barrier));

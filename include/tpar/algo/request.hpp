@@ -11,45 +11,62 @@
 
 namespace tpar::inline v0 {
 
+// ChunkedRing's parameters (ScheduleRequest::ring).
+struct RingParams {
+  // Values per pipelined piece (a multiple of wire_block), or 0 to cut each chunk into
+  // pieces of at least min_piece_wire_bytes on the wire, at most max_pieces.
+  std::size_t piece_elems = 0;
+  std::size_t min_piece_wire_bytes = std::size_t{1} << 20;
+  std::uint32_t max_pieces = 4;
+  std::uint32_t lanes = 4;  // pieces in flight per device
+  // Each download (a peer's piece from host staging into scratch) is a batch of its own
+  // (Role::download, the device's second copy engine), the combine a compute batch
+  // waiting on it; else download and combine are one compute-queue batch.
+  bool separate_downloads = false;
+};
+
+// BySize's parameters (ScheduleRequest::by_size): the algorithm to use (automatic: the
+// relay where RelayParams lets it, then OneShot while payload x (n-1) is at most
+// oneshot_max_bytes, ChunkedRing above).
+struct BySizeParams {
+  AlgoChoice choice = AlgoChoice::automatic;
+  std::size_t oneshot_max_bytes = std::size_t{12} << 20;
+};
+
+// The relay's parameters (ScheduleRequest::relay): the largest payload it takes; whether
+// the automatic choice may take it (the group's RelayGate) and up to what payload (the
+// gate's own bound); bit d: device d waits for its sum at the queue (a host-signalled
+// semaphore) rather than in the kernel; the kernel's spin bound in milliseconds.
+struct RelayParams {
+  std::size_t max_bytes = std::size_t{64} << 10;
+  bool automatic = false;
+  std::size_t automatic_max_bytes = std::size_t{64} << 10;
+  std::uint32_t queue_waits = 0;
+  std::uint32_t spin_bound_ms = 20000;
+};
+
 struct ScheduleRequest {
   std::uint32_t devices = 1;
   std::size_t count = 0;
   Wire wire = Wire::f32;
-  std::uint32_t contributing = ~0u;       // bit i: device i contributes (else counts as zeros)
-  // ChunkedRing: values per pipelined piece (a multiple of wire_block), or 0 to cut each
-  // chunk into pieces of at least min_piece_wire_bytes on the wire, at most max_pieces.
-  std::size_t piece_elems = 0;
-  std::size_t min_piece_wire_bytes = std::size_t{1} << 20;
-  std::uint32_t max_pieces = 4;
-  std::uint32_t lanes = 4;                // ChunkedRing: pieces in flight per device
+  std::uint32_t contributing = ~0u;  // bit i: device i contributes (else counts as zeros)
   // The smallest maxStorageBufferRange in the group, or 0 for no limit: a kernel binds a
   // device's whole scratch, so ChunkedRing cuts more pieces (then uses fewer lanes) where
   // the layout asked for would not fit one binding.
   std::uint64_t max_scratch_bytes = 0;
-  // ChunkedRing: each download (a peer's piece from host staging into scratch) is a batch
-  // of its own (Role::download, the device's second copy engine), the combine a compute
-  // batch waiting on it; else download and combine are one compute-queue batch.
-  bool separate_downloads = false;
-  // BySize: the algorithm to use (automatic: the relay up to relay_max_bytes where
-  // relay_automatic, then OneShot while payload x (n-1) is at most oneshot_max_bytes).
-  AlgoChoice choice = AlgoChoice::automatic;
-  std::size_t oneshot_max_bytes = std::size_t{12} << 20;
-  // Relay: the largest payload it takes; whether the automatic choice may take it (the
-  // group's RelayGate); bit d: device d waits for its sum at the queue (a host-signalled
-  // semaphore) rather than in the kernel; the kernel's spin bound in milliseconds.
-  std::size_t relay_max_bytes = std::size_t{64} << 10;
-  bool relay_automatic = false;
-  std::size_t relay_automatic_max_bytes = std::size_t{64} << 10;  // the automatic choice's own bound (RelayGate)
-  std::uint32_t relay_queue_waits = 0;
-  std::uint32_t relay_spin_bound_ms = 20000;
+  // Each algorithm's own: ChunkedRing reads `ring`, BySize `by_size` (and asks Relay
+  // whether `relay` lets it take the call), Relay `relay`; OneShot the fields above only.
+  RingParams ring;
+  BySizeParams by_size;
+  RelayParams relay;
 
   bool contributes(std::uint32_t device) const { return (contributing >> device) & 1u; }
 
-  // Throws Error(invalid_argument) where `wire` or `choice` holds a value no enumerator
-  // names: algorithms size staging and pick shaders by them.
+  // Throws Error(invalid_argument) where `wire` or `by_size.choice` holds a value no
+  // enumerator names: algorithms size staging and pick shaders by them.
   void validate_enums() const {
     detail::require_known(wire, all_wires, "ScheduleRequest::wire");
-    detail::require_known(choice, all_algo_choices, "ScheduleRequest::choice");
+    detail::require_known(by_size.choice, all_algo_choices, "ScheduleRequest::by_size.choice");
   }
 };
 

@@ -287,7 +287,7 @@ class Communicator {
     // The relay wins automatically only where its calls ride in the host's submissions
     // (tpar::StreamAllreduce, which holds them together); called one at a time, each in a
     // submission of its own, it was slower than OneShot (docs/design/relay-two-gpus.md).
-    rq.relay_automatic = rq.relay_automatic && submitter_.has_before_wait();
+    rq.relay.automatic = rq.relay.automatic && submitter_.has_before_wait();
     return rq;
   }
 
@@ -335,7 +335,7 @@ class Communicator {
       built = Algo::build(rq);
       if (takes_relay(*built) && !relay_.ensure(group_, rq.count, options_, health_)) {
         ScheduleRequest without = rq;
-        without.relay_automatic = false;
+        without.relay.automatic = false;
         built = Algo::build(without);
       }
       detail::check_bindable(group_, *built);

@@ -32,7 +32,7 @@ class PlanCache {
     key.count = rq.count;
     key.wire = rq.wire;
     key.contributing = rq.contributing;
-    key.relay_automatic = rq.relay_automatic;
+    key.relay_automatic = rq.relay.automatic;
     return key;
   }
 

@@ -38,17 +38,17 @@ inline ScheduleRequest queue_request(const DeviceGroup& group, const Options& op
   rq.count = count;
   rq.wire = wire.value_or(options.wire_for(count * sizeof(float)));
   rq.contributing = n >= 32 ? contributing : contributing & ((1u << n) - 1u);
-  rq.piece_elems = options.piece_bytes ? std::max(wire_block, options.piece_bytes / sizeof(float) / wire_block * wire_block) : 0;
-  rq.min_piece_wire_bytes = options.min_piece_wire_bytes;
-  rq.max_pieces = options.max_pieces;
-  rq.lanes = options.lanes;
+  rq.ring.piece_elems = options.piece_bytes ? std::max(wire_block, options.piece_bytes / sizeof(float) / wire_block * wire_block) : 0;
+  rq.ring.min_piece_wire_bytes = options.min_piece_wire_bytes;
+  rq.ring.max_pieces = options.max_pieces;
+  rq.ring.lanes = options.lanes;
   for (std::size_t d = 0; d < n; ++d) {
     const std::uint64_t range = group[d].capabilities().max_storage_buffer_range;
     rq.max_scratch_bytes = d ? std::min(rq.max_scratch_bytes, range) : range;
   }
-  rq.separate_downloads = options.downloads == DownloadQueue::separate;
-  rq.choice = n == 1 ? AlgoChoice::oneshot : options.algo;
-  rq.oneshot_max_bytes = options.oneshot_max_bytes;
+  rq.ring.separate_downloads = options.downloads == DownloadQueue::separate;
+  rq.by_size.choice = n == 1 ? AlgoChoice::oneshot : options.algo;
+  rq.by_size.oneshot_max_bytes = options.oneshot_max_bytes;
   return rq;
 }
 

@@ -1114,12 +1114,12 @@ struct RelaySetup {
   }
 
   void fill(ScheduleRequest& rq, const Options& options) const {
-    if (options.relay_host_peers) rq.choice = AlgoChoice::relay;
-    rq.relay_max_bytes = options.relay_max_bytes;
-    rq.relay_automatic = gate.automatic && !off;
-    rq.relay_automatic_max_bytes = gate.automatic_max_bytes;
-    rq.relay_queue_waits = gate.queue_waits;
-    rq.relay_spin_bound_ms = spin_bound_ms;
+    if (options.relay_host_peers) rq.by_size.choice = AlgoChoice::relay;
+    rq.relay.max_bytes = options.relay_max_bytes;
+    rq.relay.automatic = gate.automatic && !off;
+    rq.relay.automatic_max_bytes = gate.automatic_max_bytes;
+    rq.relay.queue_waits = gate.queue_waits;
+    rq.relay.spin_bound_ms = spin_bound_ms;
   }
 };
 
