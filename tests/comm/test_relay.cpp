@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 #include <tpar/comm/any_communicator.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
+#include <tpar/comm/detail/relay_protocol.hpp>
 
 #include "support/numerics.hpp"
 #include "support/rig.hpp"

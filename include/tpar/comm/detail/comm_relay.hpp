@@ -7,6 +7,7 @@
 
 #include <tpar/comm/call.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
+#include <tpar/comm/detail/relay_setup.hpp>
 #include <tpar/comm/detail/relay_self_test.hpp>
 #include <tpar/comm/ticket.hpp>
 #include <tpar/core/error.hpp>

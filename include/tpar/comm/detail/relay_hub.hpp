@@ -19,12 +19,19 @@
 // not served within the timeout (counted from its submission, or from the end of the call
 // before it) fails the communicator: every slot's abort word is set, so every kernel that
 // waits or starts later gives up, and every queue wait is released.
+//
+// Beside it: relay_protocol.hpp (the words and store ordering shared with the kernel),
+// relay_recorder.hpp (what feeds RelayStats), relay_setup.hpp (RelaySetup, made before the
+// hub); its memory comes from staging/detail/mapped_memory.hpp.
 #pragma once
 
 #include <tpar/algo/relay.hpp>
 #include <tpar/comm/call.hpp>
+#include <tpar/comm/detail/relay_protocol.hpp>
+#include <tpar/comm/detail/relay_recorder.hpp>
 #include <tpar/comm/detail/relay_sum.hpp>
 #include <tpar/core/log.hpp>
+#include <tpar/staging/detail/mapped_memory.hpp>
 #include <tpar/staging/host_import.hpp>
 #include <tpar/detail/align.hpp>
 #include <tpar/detail/wire_codec.hpp>
@@ -47,90 +54,11 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
-#include <immintrin.h>
-#define TPAR_RELAY_X86 1
-#endif
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
-#include <time.h>
 #endif
 
 namespace tpar::inline v0::detail {
-
-// Word offsets shared with shaders/relay.glsl.
-namespace relay_layout {
-inline constexpr std::size_t seq = 0, flag = 1, abort = 2, payload = 64;  // slot words
-inline constexpr std::size_t arrived = 0, gave_up = 1, seen = 8;          // publish header words
-// The clock variant's stamps (publish header words): the call's stamp, kernel start; its
-// values published, the sum seen; its copy done, the call's stamp again.
-inline constexpr std::size_t clock_stamp = 2, clock_start = 3, clock_published = 4, clock_seen = 5, clock_end = 6,
-                             clock_stamp_again = 7;
-inline constexpr std::size_t header_bytes = 256;                          // before the units
-inline constexpr std::uint32_t no_call = 0xFFFFFFFFu;                     // a ride site's word: serve nothing
-}  // namespace relay_layout
-
-// Makes the stores before it (also to write-combined memory, as a BAR mapping usually is)
-// visible before the stores after it; the compiler moves no memory access across it.
-inline void relay_store_fence() {
-#ifdef TPAR_RELAY_X86
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  _mm_sfence();
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-#else
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-#endif
-}
-
-// One 4-byte store into a slot: a plain store, never a locked instruction. On x86 a
-// sequentially consistent store is an `xchg`, which on a BAR mapping (uncached or
-// write-combined memory) takes a bus lock: on an H200 host that made every call's stamp
-// cost 26-187 us of the calling thread (docs/design/relay-floor.md). Ordering comes from
-// relay_store_fence() around it.
-inline void relay_store_word(std::uint32_t* word, std::uint32_t value) {
-  std::atomic_ref<std::uint32_t>(*word).store(value, std::memory_order_relaxed);
-}
-
-inline void relay_cpu_relax() {
-#ifdef TPAR_RELAY_X86
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
-// CPU time `thread` has used so far (0 where the platform does not say).
-inline std::chrono::nanoseconds thread_cpu_time([[maybe_unused]] std::thread& thread) {
-#if defined(__unix__) && !defined(__APPLE__)
-  clockid_t clock{};
-  timespec t{};
-  if (thread.joinable() && pthread_getcpuclockid(thread.native_handle(), &clock) == 0 && clock_gettime(clock, &t) == 0)
-    return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
-#endif
-  return std::chrono::nanoseconds(0);
-}
-
-// A buffer with its own memory, mapped for its life (unmapped before OwnedBuffer frees it).
-struct MappedBuffer : OwnedBuffer {
-  void* data = nullptr;
-  vk::DeviceSize size = 0;
-  std::uint32_t memory_type = 0;     // the memory type it was allocated from
-  vk::MemoryPropertyFlags flags;     // that type's properties
-  ~MappedBuffer() {
-    if (data) device.unmapMemory(memory);
-  }
-};
-
-// Memory types with these flags may be allocated only where the device enabled
-// VK_AMD_device_coherent_memory's deviceCoherentMemory (VUID-vkAllocateMemory-deviceCoherentMemory-02790).
-inline constexpr vk::MemoryPropertyFlags device_coherent_flags =
-    vk::MemoryPropertyFlagBits::eDeviceCoherentAMD | vk::MemoryPropertyFlagBits::eDeviceUncachedAMD;
-
-// What a buffer's memory type must have (`need`), should have (`first`, then `then`, most
-// flags of each winning) and should lack (`avoid`).
-struct MemoryChoice {
-  vk::MemoryPropertyFlags need, first, then, avoid;
-};
 
 // The relay's slots: the device's own memory the host writes through a mapping (the
 // BAR), which a running kernel polls; device-coherent where the device enabled it (AMD
@@ -146,49 +74,6 @@ inline MemoryChoice relay_publish_memory(const Device& dev) {
   using F = vk::MemoryPropertyFlagBits;
   return {F::eHostVisible | F::eHostCoherent, dev.enabled().device_coherent_memory ? device_coherent_flags : vk::MemoryPropertyFlags{},
           F::eHostCached, F::eDeviceLocal};
-}
-
-// "type 3 { DeviceLocal | HostVisible | HostCoherent }"
-inline std::string memory_type_text(const MappedBuffer& b) {
-  return "type " + std::to_string(b.memory_type) + " " + vk::to_string(b.flags);
-}
-
-// A storage buffer of `size` bytes in the memory type `choice` picks (never a
-// device-coherent one where the device did not enable it); zero-filled and mapped.
-inline std::unique_ptr<MappedBuffer> map_buffer(Device& dev, vk::DeviceSize size, const MemoryChoice& choice, const char* what) {
-  auto out = std::make_unique<MappedBuffer>();
-  out->device = dev.handle();
-  out->size = size;
-  const vk::Device vkd = dev.handle();
-  vk::BufferCreateInfo info({}, size, vk::BufferUsageFlagBits::eStorageBuffer);
-  check(vkd.createBuffer(&info, nullptr, &out->buffer), std::string("vkCreateBuffer (") + what + ")");
-  vk::MemoryRequirements req;
-  vkd.getBufferMemoryRequirements(out->buffer, &req);
-  const auto props = dev.physical().getMemoryProperties();
-  const vk::MemoryPropertyFlags forbidden = dev.enabled().device_coherent_memory ? vk::MemoryPropertyFlags{} : device_coherent_flags;
-  std::uint32_t best = ~0u;
-  int best_score = -1;
-  for (std::uint32_t i = 0; i < props.memoryTypeCount; ++i) {
-    const auto flags = props.memoryTypes[i].propertyFlags;
-    if (!((req.memoryTypeBits >> i) & 1u) || (flags & choice.need) != choice.need || (flags & forbidden)) continue;
-    const auto count = [&](vk::MemoryPropertyFlags f) { return std::popcount(static_cast<std::uint32_t>(flags & f)); };
-    const int score = 16 * count(choice.first) + 2 * count(choice.then) + !(flags & choice.avoid);
-    if (score > best_score) {
-      best = i;
-      best_score = score;
-    }
-  }
-  if (best == ~0u)
-    throw Error(ErrorCode::unsupported, "device " + std::to_string(dev.index()) + " (" + dev.capabilities().name +
-                                            ") offers no memory type for the relay's " + what);
-  out->memory_type = best;
-  out->flags = props.memoryTypes[best].propertyFlags;
-  vk::MemoryAllocateInfo alloc(req.size, best);
-  check(vkd.allocateMemory(&alloc, nullptr, &out->memory), std::string("vkAllocateMemory (") + what + ")");
-  check(VULKAN_HPP_DEFAULT_DISPATCHER.vkBindBufferMemory(vkd, out->buffer, out->memory, 0), std::string("vkBindBufferMemory (") + what + ")");
-  check(vkd.mapMemory(out->memory, 0, VK_WHOLE_SIZE, {}, &out->data), std::string("vkMapMemory (") + what + ")");
-  std::memset(out->data, 0, size);
-  return out;
 }
 
 // A test seam (tests/comm/test_relay_self_test.cpp, tests/ggml/): host writes the
@@ -231,8 +116,7 @@ class RelayHub {
 
   RelayHub(const DeviceGroup& group, const Config& config, FailureHandler on_failure)
       : n_(group.size()), config_(config), on_failure_(std::move(on_failure)), next_sequence_(config.first_sequence),
-        first_seen_(n_), last_by_device_(std::make_unique<std::atomic<std::uint64_t>[]>(n_)), kernel_prev_(n_),
-        last_stamp_(config.depth, 0), served_sequence_(std::make_unique<std::atomic<std::uint64_t>[]>(config.depth)) {
+        recorder_(n_), last_stamp_(config.depth, 0), served_sequence_(std::make_unique<std::atomic<std::uint64_t>[]>(config.depth)) {
     if (config_.max_bytes % sizeof(float) || !config_.max_bytes)
       throw Error(ErrorCode::invalid_argument, "the relay's largest payload must be a positive multiple of 4 bytes");
     const std::size_t max_count = config_.max_bytes / sizeof(float);
@@ -282,11 +166,11 @@ class RelayHub {
 
   std::size_t max_count() const { return config_.max_bytes / sizeof(float); }
 
-  // Throws Error(invalid_argument) for a thread count outside 1..max_relay_threads.
+  // Throws Error(invalid_argument) for a thread count outside relay_threads_range.
   static void check_threads(std::uint32_t threads) {
-    if (threads < 1 || threads > max_relay_threads)
-      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(threads) + " is out of range: use 1 to " +
-                                                   std::to_string(max_relay_threads));
+    if (!relay_threads_range.holds(threads))
+      throw Error(ErrorCode::invalid_argument, "relay_threads " + std::to_string(threads) +
+                                                   " is out of range: use " + relay_threads_range.text());
   }
 
   // Device d's slot and publish area for slot set `slot_set`, as its kernel binds them.
@@ -418,24 +302,7 @@ class RelayHub {
   Stats stats() {
     auto cpu = thread_cpu_time(thread_);
     for (auto& h : helpers_) cpu += thread_cpu_time(h->thread);
-    Stats s{served_.load(std::memory_order_acquire), cpu, split_calls_.load(std::memory_order_acquire),
-            std::chrono::nanoseconds(arriving_ns_.load(std::memory_order_acquire)),
-            std::chrono::nanoseconds(serving_ns_.load(std::memory_order_acquire)),
-            timed_arrivals_.load(std::memory_order_acquire),
-            std::chrono::nanoseconds(spread_ns_.load(std::memory_order_acquire)),
-            {},
-            kernel_count_.load(std::memory_order_acquire),
-            std::chrono::nanoseconds(kernel_ns_[0].load(std::memory_order_acquire)),
-            std::chrono::nanoseconds(kernel_ns_[1].load(std::memory_order_acquire)),
-            std::chrono::nanoseconds(kernel_ns_[2].load(std::memory_order_acquire)),
-            kernel_gaps_.load(std::memory_order_acquire),
-            std::chrono::nanoseconds(kernel_ns_[3].load(std::memory_order_acquire)),
-            gap_median(),
-            wakeups_.load(std::memory_order_acquire),
-            std::chrono::nanoseconds(wake_ns_.load(std::memory_order_acquire)),
-            helper_wakeups_.load(std::memory_order_acquire)};
-    for (std::size_t d = 0; d < n_; ++d) s.last.push_back(last_by_device_[d].load(std::memory_order_acquire));
-    return s;
+    return recorder_.stats(cpu);
   }
 
   // The threads that serve a call of `count` values together: one a grain at most (1 for a
@@ -601,9 +468,7 @@ class RelayHub {
       const Call c = ready_.front();
       if (slept) {  // handed over while the thread slept: how long it took to come to it
         slept = false;
-        wakeups_.fetch_add(1, std::memory_order_relaxed);
-        wake_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c.handed).count(),
-                           std::memory_order_relaxed);
+        recorder_.note_wakeup(c.handed);
       }
       const auto deadline = std::max(c.handed, last_end_) + config_.timeout;
       lock.unlock();
@@ -671,7 +536,7 @@ class RelayHub {
       h.deadline = deadline;
       h.posted.store(++generation_, std::memory_order_seq_cst);
       if (h.asleep.load(std::memory_order_seq_cst)) {
-        helper_wakeups_.fetch_add(1, std::memory_order_relaxed);
+        recorder_.note_helper_wakeup();
         std::lock_guard lock(h.mutex);
         h.cv.notify_one();
       }
@@ -702,7 +567,7 @@ class RelayHub {
       }
     }
     if (!ok) return false;
-    if (parts > 1) split_calls_.fetch_add(1, std::memory_order_relaxed);
+    if (parts > 1) recorder_.note_split();
     // Every device arrived, so each finished the previous call of this slot set: whether
     // its kernel saw that call's sum is settled (a kernel that gave up left its buffer as
     // it was). At the stamp wrap, before the scrub clears the words that say so, every
@@ -716,7 +581,7 @@ class RelayHub {
     // sum: the moment to clear stale stamps before they repeat (once per 2^32 calls).
     if (c.stamp == 0xFFFFFFFFu) scrub();
     last_stamp_[c.slot_set] = c.stamp;
-    served_.fetch_add(1, std::memory_order_acq_rel);  // before any device can finish the call
+    recorder_.note_served();  // before any device can finish the call
     const RelayWithheld& withheld = relay_withheld();
     relay_store_fence();
     for (std::size_t d = 0; d < n_; ++d)
@@ -729,10 +594,7 @@ class RelayHub {
       return false;
     }
     if (config_.confirm) unconfirmed_.push_back({c.sequence, c.stamp, c.slot_set, written});
-    arriving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(arrived - c.handed).count(),
-                           std::memory_order_acq_rel);
-    serving_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(written - arrived).count(),
-                          std::memory_order_acq_rel);
+    recorder_.note_served_times(c.handed, arrived, written);
     release_queues(c.sequence);
     return true;
   }
@@ -845,7 +707,7 @@ class RelayHub {
       for (std::uint32_t left = unseen; left; left &= left - 1) {
         const auto d = static_cast<std::size_t>(std::countr_zero(left));
         if (static_cast<std::uint32_t>(relay_load_unit(publish_units(d, c.slot_set) + begin) >> 32) == c.stamp) {
-          first_seen_[d] = std::chrono::steady_clock::now();
+          recorder_.note_first_seen(d);
           unseen &= ~(1u << d);
         }
       }
@@ -898,7 +760,7 @@ class RelayHub {
       if (first) std::fill_n(acc, m, 0.0f);
       if (arrived && base == begin) {
         *arrived = std::chrono::steady_clock::now();
-        if (timed) note_arrivals(c);
+        if (timed) recorder_.note_arrivals(c.contributing);
       }
       for (std::size_t d = 0; d < n_; ++d)
         std::memcpy(slot_words(d, c.slot_set) + relay_layout::payload + base, acc, m * sizeof(float));
@@ -911,54 +773,7 @@ class RelayHub {
   void note_kernel_times(std::uint32_t slot_set) {
     const std::uint32_t prev = last_stamp_[slot_set];
     if (!prev) return;
-    for (std::size_t d = 0; d < n_; ++d) {
-      std::uint32_t* h = publish_header(d, slot_set);
-      const auto word = [&](std::size_t i) { return std::atomic_ref<std::uint32_t>(h[i]).load(std::memory_order_acquire); };
-      if (word(relay_layout::clock_stamp_again) != prev || word(relay_layout::clock_stamp) != prev) continue;
-      const std::uint32_t start = word(relay_layout::clock_start), published = word(relay_layout::clock_published),
-                          seen = word(relay_layout::clock_seen), end = word(relay_layout::clock_end);
-      kernel_ns_[0].fetch_add(static_cast<std::uint32_t>(published - start), std::memory_order_acq_rel);
-      kernel_ns_[1].fetch_add(static_cast<std::uint32_t>(seen - published), std::memory_order_acq_rel);
-      kernel_ns_[2].fetch_add(static_cast<std::uint32_t>(end - seen), std::memory_order_acq_rel);
-      kernel_count_.fetch_add(1, std::memory_order_acq_rel);
-      KernelPrev& k = kernel_prev_[d];
-      if (k.stamp && k.stamp + 1 == prev) {
-        const std::uint32_t gap = start - k.end;
-        kernel_ns_[3].fetch_add(gap, std::memory_order_acq_rel);
-        gap_bins_[std::min<std::size_t>(gap / gap_bin_ns, gap_bins_.size() - 1)].fetch_add(1, std::memory_order_acq_rel);
-        kernel_gaps_.fetch_add(1, std::memory_order_acq_rel);
-      }
-      k.stamp = prev;
-      k.end = end;
-    }
-  }
-
-  // The median of the gaps counted so far, to a bin (0 where none).
-  std::chrono::nanoseconds gap_median() const {
-    std::uint64_t total = 0;
-    for (const auto& b : gap_bins_) total += b.load(std::memory_order_acquire);
-    if (!total) return std::chrono::nanoseconds(0);
-    std::uint64_t seen = 0;
-    for (std::size_t i = 0; i < gap_bins_.size(); ++i) {
-      seen += gap_bins_[i].load(std::memory_order_acquire);
-      if (2 * seen >= total)
-        return std::chrono::nanoseconds(i + 1 == gap_bins_.size() ? i * gap_bin_ns + gap_bin_ns : i * gap_bin_ns + gap_bin_ns / 2);
-    }
-    return std::chrono::nanoseconds(gap_bins_.size() * gap_bin_ns);
-  }
-
-  // A call whose devices' arrivals the thread saw (serve_range): their spread, the last.
-  void note_arrivals(const Call& c) {
-    std::chrono::steady_clock::time_point lo = std::chrono::steady_clock::time_point::max(), hi{};
-    std::size_t last = 0;
-    for (std::size_t d = 0; d < n_ && d < 32; ++d) {
-      if (!((c.contributing >> d) & 1u)) continue;
-      lo = std::min(lo, first_seen_[d]);
-      if (first_seen_[d] >= hi) hi = first_seen_[d], last = d;
-    }
-    timed_arrivals_.fetch_add(1, std::memory_order_acq_rel);
-    spread_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(hi - lo).count(), std::memory_order_acq_rel);
-    last_by_device_[last].fetch_add(1, std::memory_order_acq_rel);
+    for (std::size_t d = 0; d < n_; ++d) recorder_.note_kernel_times(d, prev, publish_header(d, slot_set));
   }
 
   // Every publish area back to zero (no stamp), when stamps are about to repeat.
@@ -1009,16 +824,7 @@ class RelayHub {
   std::atomic<bool> quit_{false};  // stop_ or failed_: a wait in progress ends
   std::atomic<std::size_t> in_flight_{0};
   std::chrono::steady_clock::time_point last_end_;  // the thread's only
-  std::atomic<std::uint64_t> served_{0};
-  std::atomic<std::int64_t> arriving_ns_{0}, serving_ns_{0};  // Stats
-  std::vector<std::chrono::steady_clock::time_point> first_seen_;  // the thread's only, by device
-  std::atomic<std::uint64_t> timed_arrivals_{0};
-  std::atomic<std::int64_t> spread_ns_{0};
-  std::unique_ptr<std::atomic<std::uint64_t>[]> last_by_device_;
-  struct KernelPrev {
-    std::uint32_t stamp = 0, end = 0;
-  };
-  std::vector<KernelPrev> kernel_prev_;   // the thread's only, by device: the last call's stamps read
+  RelayRecorder recorder_;  // Stats
   std::vector<std::uint32_t> last_stamp_;  // the thread's only, by slot set: its last call served
   // By slot set: the number of its last call whose flags were written (Ticket::wait's verify).
   std::unique_ptr<std::atomic<std::uint64_t>[]> served_sequence_;
@@ -1028,10 +834,6 @@ class RelayHub {
     std::chrono::steady_clock::time_point written;
   };
   std::deque<Unconfirmed> unconfirmed_;  // the thread's only: calls served, not yet confirmed by every kernel
-  std::atomic<std::uint64_t> kernel_count_{0}, kernel_gaps_{0};
-  std::atomic<std::int64_t> kernel_ns_[4] = {0, 0, 0, 0};  // publish, wait, copy, gap
-  static constexpr std::uint32_t gap_bin_ns = 250;          // the gaps by 0.25 us, up to 1 ms
-  std::array<std::atomic<std::uint64_t>, 4000> gap_bins_{};
 
   std::mutex release_mutex_;
   std::uint64_t released_ = 0;
@@ -1039,88 +841,8 @@ class RelayHub {
   std::vector<std::unique_ptr<Helper>> helpers_;
   std::atomic<bool> helpers_stop_{false};
   std::uint64_t generation_ = 0;  // the thread's only: the last part posted to a helper
-  std::atomic<std::uint64_t> split_calls_{0};
-  std::atomic<std::uint64_t> wakeups_{0}, helper_wakeups_{0};  // Stats
-  std::atomic<std::int64_t> wake_ns_{0};
 
   std::thread thread_;  // last: started once everything above exists
-};
-
-// The relay asked for where it cannot run (the gate, or its self-test): a tpar::Error
-// (unsupported) that make_communicator passes on rather than reading it as NativeImport's.
-struct RelayRefusal : Error {
-  using Error::Error;
-};
-
-// What a communicator knows of the relay from its creation on: whether and how the group
-// can run it, and whether it was asked for.
-struct RelaySetup {
-  RelayGate gate;
-  bool asked = false;              // TPAR_ALGO=relay or host-played peers: no fallback
-  bool off = false;                // the automatic choice took it and its memory could not be made, or its self-test failed
-  std::uint32_t spin_bound_ms = 0;
-  RelayHub::Config config;
-  // The self-test (comm/detail/relay_self_test.hpp): which devices' kernels wait for the
-  // host's write, at the relay's largest call; run where the relay may be used at all.
-  std::uint32_t test_kernel_waits = 0;
-  std::size_t test_count = 0;
-  std::chrono::milliseconds test_start_bound{0};
-  bool needs_test() const { return asked || gate.automatic; }
-
-  // Throws on bad relay options, and where the relay is asked for but the group cannot
-  // run it (the reason in words, as for TPAR_SYNC=native).
-  static RelaySetup check(const DeviceGroup& group, const Options& options) {
-    RelaySetup r;
-    r.gate = group.relay_gate();
-    const std::size_t n = group.size();
-    if (options.relay_max_bytes < sizeof(float) || options.relay_max_bytes % sizeof(float) ||
-        options.relay_max_bytes > (std::size_t{64} << 20))
-      throw Error(ErrorCode::invalid_argument, "relay_max_bytes " + std::to_string(options.relay_max_bytes) +
-                                                   " is out of range: use a multiple of 4 from 4 to 64 MiB");
-    if (options.relay_host_peers && n + options.relay_host_peers > max_group_devices)
-      throw Error(ErrorCode::invalid_argument, "relay_host_peers " + std::to_string(options.relay_host_peers) + " with " +
-                                                   std::to_string(n) + " devices is more than " +
-                                                   std::to_string(max_group_devices) + " contributions");
-    r.asked = options.algo == AlgoChoice::relay || options.relay_host_peers;
-    if (r.asked && !r.gate.possible)
-      throw RelayRefusal(ErrorCode::unsupported, "the relay was asked for (TPAR_ALGO=relay) but " + r.gate.reason);
-    // A GPU's queues waiting for the host's release: correct, never taken automatically
-    // (RelayGate::gpu_queue_waits); asked for, it runs, and says so.
-    if (r.asked && r.gate.gpu_queue_waits)
-      log(LogLevel::info, "the relay runs with a GPU's queue waiting for the host's sum (" + r.gate.reason + ")");
-    // Twice the host's bound (and at least a second more): the host thread, which aborts a
-    // late call at its timeout, always ends a kernel's wait first.
-    const auto bound = std::max(2 * options.timeout, options.timeout + std::chrono::seconds(1));
-    r.spin_bound_ms = static_cast<std::uint32_t>(
-        std::min<std::int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(bound).count(), 0xFFFFFFFF));
-    r.config.depth = options.max_slot_sets();
-    r.config.max_bytes = options.relay_max_bytes;
-    r.config.host_peers = options.relay_host_peers;
-    r.config.timeout = options.timeout;
-    r.config.queue_waits = r.gate.queue_waits;
-    r.config.scalar_sum = options.relay_scalar_sum;
-    RelayHub::check_threads(options.relay_threads);  // refused at creation, not at the first relay call
-    r.config.threads = options.relay_threads;
-    r.config.sites = options.relay_ride ? 1024 : 0;
-    r.test_kernel_waits = ~r.gate.queue_waits & (n >= 32 ? ~0u : (1u << n) - 1u);
-    const std::size_t largest = r.asked ? options.relay_max_bytes : std::min(options.relay_max_bytes, r.gate.automatic_max_bytes);
-    r.test_count = std::clamp<std::size_t>(largest / sizeof(float), 1, std::size_t{relay_max_groups} * 512);
-    // Asked for, the relay waits for a busy queue as long as any call would; chosen
-    // automatically, half a second, then calls take OneShot (and the next communicator
-    // tries again).
-    const auto timeout_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
-    r.test_start_bound = r.asked ? timeout_ms : std::min(timeout_ms, std::chrono::milliseconds(500));
-    return r;
-  }
-
-  void fill(ScheduleRequest& rq, const Options& options) const {
-    if (options.relay_host_peers) rq.by_size.choice = AlgoChoice::relay;
-    rq.relay.max_bytes = options.relay_max_bytes;
-    rq.relay.automatic = gate.automatic && !off;
-    rq.relay.automatic_max_bytes = gate.automatic_max_bytes;
-    rq.relay.queue_waits = gate.queue_waits;
-    rq.relay.spin_bound_ms = spin_bound_ms;
-  }
 };
 
 }  // namespace tpar::inline v0::detail

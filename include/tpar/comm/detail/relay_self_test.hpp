@@ -31,7 +31,10 @@
 
 #include <tpar/comm/call.hpp>
 #include <tpar/comm/detail/relay_hub.hpp>
+#include <tpar/comm/detail/relay_protocol.hpp>
+#include <tpar/comm/detail/relay_setup.hpp>
 #include <tpar/core/log.hpp>
+#include <tpar/staging/detail/mapped_memory.hpp>
 #include <tpar/sync/timeline.hpp>
 #include <tpar/vk/device_group.hpp>
 

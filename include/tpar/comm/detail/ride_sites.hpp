@@ -10,6 +10,7 @@
 #pragma once
 
 #include <tpar/comm/detail/relay_hub.hpp>
+#include <tpar/comm/detail/relay_protocol.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/error.hpp>
 #include <tpar/vk/device.hpp>
