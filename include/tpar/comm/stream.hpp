@@ -44,7 +44,6 @@
 
 namespace tpar::inline v0 {
 
-class Stream;
 template <class Comm>
 class StreamAllreduce;
 namespace detail {
@@ -243,7 +242,6 @@ class Stream {
     ride_ = RideState::pending;
     holds_call_.store(true, std::memory_order_release);
   }
-
 
   // The point the held work signals where a call also runs on other
   // queues (announced before the call; signalled only by flush_signalling()).
