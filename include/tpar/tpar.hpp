@@ -1,39 +1,13 @@
 // tpar — cross-device AllReduce for Vulkan. The umbrella header: everything public.
 #pragma once
 
-#include <tpar/core/buffer_span.hpp>
-#include <tpar/core/config.hpp>
-#include <tpar/core/error.hpp>
-#include <tpar/core/log.hpp>
-#include <tpar/core/options.hpp>
-#include <tpar/core/timeline_point.hpp>
-#include <tpar/core/wire.hpp>
-#include <tpar/vk/capabilities.hpp>
-#include <tpar/vk/device.hpp>
-#include <tpar/vk/device_group.hpp>
-#include <tpar/vk/kernels.hpp>
-#include <tpar/vk/trace.hpp>
-#include <tpar/staging/capacity.hpp>
-#include <tpar/staging/host_import.hpp>
-#include <tpar/sync/concepts.hpp>
-#include <tpar/sync/native_import.hpp>
-#include <tpar/sync/proxy_bridge.hpp>
-#include <tpar/sync/schedule.hpp>
-#include <tpar/sync/timeline.hpp>
-#include <tpar/algo/by_size.hpp>
-#include <tpar/algo/chunked_ring.hpp>
-#include <tpar/algo/one_shot.hpp>
-#include <tpar/algo/relay.hpp>
-#include <tpar/algo/request.hpp>
+// The communicators (AnyCommunicator, make_communicator, Communicator<Sync, Algo, Staging>)
+// and all they stand on: options, errors, logging, devices and groups, staging, the sync
+// policies, the algorithms and their schedules, tickets, profiles, the relay's self-test.
 #include <tpar/comm/any_communicator.hpp>
-#include <tpar/comm/communicator.hpp>
-#include <tpar/comm/profile.hpp>
+// AllReduces in the host's own ordered streams: Stream, StreamAllreduce.
 #include <tpar/comm/stream.hpp>
-#include <tpar/comm/ticket.hpp>
-#include <tpar/plan/granularity.hpp>
-#include <tpar/plan/layer_rotation.hpp>
+// Splitting a model's layers and weights over the devices: split plans, segments,
+// granularity, layer rotation.
 #include <tpar/plan/layer_split.hpp>
-#include <tpar/plan/segments.hpp>
-#include <tpar/plan/split.hpp>
 #include <tpar/plan/split_plan.hpp>
-#include <tpar/plan/split_weights.hpp>

@@ -19,6 +19,7 @@
 #include <vector>
 
 using namespace tpar;
+using Protocol = tpar::detail::StreamProtocol;
 using namespace tpar_test;
 
 namespace {
@@ -441,16 +442,16 @@ TEST_CASE("streams: a fenced submission on one device releases the calls every d
   // the first two went out at once; the rest is held on both devices
   CHECK(ar.held_calls() == steps);
   CHECK(ar.hold_releases() == 2);
-  CHECK(chain.sides[0]->stream->holds_call());
-  CHECK(chain.sides[1]->stream->holds_call());
+  CHECK(Protocol::holds_call(*chain.sides[0]->stream));
+  CHECK(Protocol::holds_call(*chain.sides[1]->stream));
   for (std::size_t d = 0; d < 2; ++d) chain.host_step(d, steps);
   gate.signal(1);
   vk::FenceCreateInfo fi;
   vk::Fence fence;
   REQUIRE(env.group()[1].handle().createFence(&fi, nullptr, &fence) == vk::Result::eSuccess);
   chain.sides[1]->stream->submit(std::span<const vk::SubmitInfo>{}, fence);
-  CHECK_FALSE(chain.sides[0]->stream->holds_call());
-  CHECK_FALSE(chain.sides[1]->stream->holds_call());
+  CHECK_FALSE(Protocol::holds_call(*chain.sides[0]->stream));
+  CHECK_FALSE(Protocol::holds_call(*chain.sides[1]->stream));
   const auto timeout_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(test_timeout).count());
   CHECK(env.group()[1].handle().waitForFences(1, &fence, VK_TRUE, timeout_ns) == vk::Result::eSuccess);
   env.group()[1].handle().destroyFence(fence);
@@ -620,11 +621,11 @@ TEST_CASE("streams: a call waiting for a ride goes out at any flush or submissio
     s.set_holding(true);
     TestTimeline t(dev.handle());
     auto calls = held_call(t, 1);
-    s.hold_ride(calls);  // nothing else held
+    Protocol::hold_ride(s, calls);  // nothing else held
     CHECK(s.ride_pending());
     CHECK(s.held() == 1);
     if (how == 0) s.flush();
-    if (how == 1) CHECK(s.flush_held());
+    if (how == 1) CHECK(Protocol::flush_held(s));
     if (how == 2) s.submit(std::span<const vk::SubmitInfo>{});  // the host's next work, no ride taken
     if (how == 2) s.flush();
     CHECK_FALSE(s.ride_pending());
@@ -637,27 +638,27 @@ TEST_CASE("streams: a call waiting for a ride goes out at any flush or submissio
   TestTimeline t(dev.handle());
   // (the rider records nothing; it calls what the host gives to record beside the kernel,
   // with the host's command buffer, as StreamPort::record_ride does)
-  s.set_rider({[](vk::CommandBuffer cb, bool, bool, const tpar::RideBeside& beside) {
+  Protocol::set_rider(s, {[](vk::CommandBuffer cb, bool, bool, const tpar::RideBeside& beside) {
                  if (beside) beside(cb);
                  return std::optional<std::uint64_t>(0);
                },
                {},
                {}});
   auto first = held_call(t, 1), second = held_call(t, 2);
-  s.hold_ride(first);
+  Protocol::hold_ride(s, first);
   int besides = 0;
   const tpar::RideBeside count = [&](vk::CommandBuffer) { ++besides; };
   CHECK(s.ride(vk::CommandBuffer{}, false, false, count) == 0);  // taken
   CHECK(besides == 1);
   CHECK_FALSE(s.ride_pending());
-  CHECK_THROWS_AS(s.hold_ride(second), Error);
+  CHECK_THROWS_AS(Protocol::hold_ride(s, second), Error);
   s.submit(std::span<const vk::SubmitInfo>{});  // the host's work that took it: its signals end it
-  s.hold_ride(second);
+  Protocol::hold_ride(s, second);
   s.flush();
   CHECK(s.ride(vk::CommandBuffer{}, false, false, count) == 0);  // no call waits: nothing recorded, nothing beside
   CHECK(besides == 1);
   CHECK(s.ride_stats().recorded == 1);
   CHECK(s.ride_stats().fell_back == 1);
   CHECK(reached(t, 2));
-  s.set_rider({});
+  Protocol::set_rider(s, {});
 }

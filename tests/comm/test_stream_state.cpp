@@ -15,6 +15,7 @@
 #include <vector>
 
 using namespace tpar;
+using Protocol = tpar::detail::StreamProtocol;
 
 namespace {
 
@@ -192,7 +193,7 @@ struct FakeRider {
   bool bind_ok = true;         // bind(): whether the site serves the call
   std::vector<std::uintptr_t> recorded_into;
   std::vector<std::uint64_t> bound, forgotten;
-  Stream::Rider rider() {
+  Protocol::Rider rider() {
     return {[this](vk::CommandBuffer c, bool, bool, const RideBeside&) -> std::optional<std::uint64_t> {
               if (none) return std::nullopt;
               recorded_into.push_back(id(static_cast<VkCommandBuffer>(c)));
@@ -249,12 +250,12 @@ TEST_CASE("stream state: a call's leading batches go with the held work, the res
   s.set_holding(true);
   s.submit({m.make(0xB1)});
   detail::BatchList call = m.list({m.make(0xC0, {}, {{0x60, 1}}), m.make(0xC1, {{0x61, 3}}, {{0x60, 2}})});
-  REQUIRE(s.submit_with(call, 1));
+  REQUIRE(Protocol::submit_with(s, call, 1));
   REQUIRE(f.submits() == 1);
   CHECK(f.last().cbs() == Cbs{0xB1, 0xC0});  // held work first, then the call's leading batch
   CHECK(f.last().signals() == Points{{0x60, 1}});
   CHECK(s.held() == 1);  // carried: the batch that waits on the peer
-  const auto carried = s.carried_waits();
+  const auto carried = Protocol::carried_waits(s);
   REQUIRE(carried.size() == 1);
   CHECK(carried[0].semaphore == sem(0x61));
   CHECK(carried[0].value == 3);
@@ -265,16 +266,16 @@ TEST_CASE("stream state: a call's leading batches go with the held work, the res
   CHECK(f.last().cbs() == Cbs{0xC1, 0xB2});  // the carried batch in front
   CHECK(f.last().waits() == Points{{0x61, 3}});
   // flush_carried(): the carried batch alone, the host's held work stays.
-  REQUIRE(s.submit_with(call, 1));
+  REQUIRE(Protocol::submit_with(s, call, 1));
   s.submit({m.make(0xB3)});
-  REQUIRE(s.flush_carried());
+  REQUIRE(Protocol::flush_carried(s));
   CHECK(f.last().cbs() == Cbs{0xC1});
   CHECK(s.held() == 1);
   s.flush();
   CHECK(f.last().cbs() == Cbs{0xB3});
   // drop_carried(): after a failure of tpar's, nothing of the call goes out.
-  REQUIRE(s.submit_with(call, 1));
-  s.drop_carried();
+  REQUIRE(Protocol::submit_with(s, call, 1));
+  Protocol::drop_carried(s);
   const std::size_t before = f.submits();
   s.flush();
   CHECK(f.submits() == before);
@@ -286,15 +287,15 @@ TEST_CASE("stream state: a ride pending is taken into the host's command buffer,
   FakeRider r;
   Stream s(fake_device, fake_queue, 0);
   s.set_holding(true);
-  s.set_rider(r.rider());
+  Protocol::set_rider(s, r.rider());
   CHECK_FALSE(s.ride_pending());
   CHECK(s.ride(cb(0xD0), true) == 0);  // nothing waits: nothing recorded
   CHECK(r.recorded_into.empty());
   s.submit({m.make(0xB1)});
   detail::BatchList call = m.list({m.make(0xE0, {}, {{0x60, 5}})});
-  s.hold_ride(call);
+  Protocol::hold_ride(s, call);
   CHECK(s.ride_pending());
-  CHECK(s.holds_call());
+  CHECK(Protocol::holds_call(s));
   CHECK(s.held() == 2);  // the host's work and the waiting call
   CHECK(f.submits() == 0);
   CHECK(s.ride(cb(0xD1), true) == 7);  // pending -> taken
@@ -302,7 +303,7 @@ TEST_CASE("stream state: a ride pending is taken into the host's command buffer,
   CHECK_FALSE(s.ride_pending());
   // Another call cannot be held before the host submitted the buffer that took the ride.
   detail::BatchList next = m.list({m.make(0xE1, {}, {{0x60, 6}})});
-  CHECK_THROWS_AS(s.hold_ride(next), Error);
+  CHECK_THROWS_AS(Protocol::hold_ride(s, next), Error);
   s.submit({m.make(0xD1)});  // the host's buffer with the call's kernel in it
   s.flush();
   REQUIRE(f.submits() == 1);
@@ -324,9 +325,9 @@ TEST_CASE("stream state: a ride no host takes falls back: the call goes out in t
   FakeRider r;
   Stream s(fake_device, fake_queue, 0);
   s.set_holding(true);
-  s.set_rider(r.rider());
+  Protocol::set_rider(s, r.rider());
   detail::BatchList call = m.list({m.make(0xE0, {}, {{0x60, 5}})});
-  s.hold_ride(call);
+  Protocol::hold_ride(s, call);
   s.submit({m.make(0xB1)});  // the host submitted without taking it
   CHECK_FALSE(s.ride_pending());
   s.flush();
@@ -335,25 +336,25 @@ TEST_CASE("stream state: a ride no host takes falls back: the call goes out in t
   CHECK(s.ride_stats().fell_back == 1);
   // No site free: the host's recording gets nothing, and the call falls back.
   r.none = true;
-  s.hold_ride(call);
+  Protocol::hold_ride(s, call);
   CHECK(s.ride(cb(0xD2), true) == 0);
   CHECK(s.ride_pending());
   // flush_held() (StreamAllreduce's release of held calls) sends a pending call too, with
   // the stream's hold timeline signalled at the end.
-  REQUIRE(s.flush_held());
+  REQUIRE(Protocol::flush_held(s));
   REQUIRE(f.submits() == 2);
   CHECK(f.last().cbs() == Cbs{0xE0});
   const Points sig = f.last().signals();
   REQUIRE(sig.size() == 2);
   CHECK(sig[0] == std::pair<std::uintptr_t, std::uint64_t>{0x60, 5});
   CHECK(sig[1].second == 1);  // the hold timeline's first value
-  CHECK(s.flushes() == 1);
-  CHECK(s.flushes_done() == 0);
+  CHECK(Protocol::flushes(s) == 1);
+  CHECK(Protocol::flushes_done(s) == 0);
   {
     std::lock_guard lock(f.state.mutex);
     f.state.counters[sig[1].first] = 1;  // the GPU ran it
   }
-  CHECK(s.flushes_done() == 1);
+  CHECK(Protocol::flushes_done(s) == 1);
   CHECK(s.ride_stats().fell_back == 2);
 }
 
@@ -363,12 +364,12 @@ TEST_CASE("stream state: ride_again binds a site to the waiting call, or refuses
   FakeRider r;
   Stream s(fake_device, fake_queue, 0);
   s.set_holding(true);
-  s.set_rider(r.rider());
+  Protocol::set_rider(s, r.rider());
   CHECK(s.ride_again(0));        // a buffer with no ride in it may always go again
   CHECK_FALSE(s.ride_again(7));  // no call waits
   CHECK(r.bound.empty());
   detail::BatchList call = m.list({m.make(0xE0, {}, {{0x60, 5}})});
-  s.hold_ride(call);
+  Protocol::hold_ride(s, call);
   r.bind_ok = false;
   CHECK_FALSE(s.ride_again(7));
   CHECK(s.ride_pending());
@@ -402,7 +403,7 @@ TEST_CASE("stream state: a failed submission throws the driver's error and keeps
   f.state.submit_result = VK_SUCCESS;
   detail::BatchList call = m.list({m.make(0xC0)});
   f.state.submit_result = VK_ERROR_OUT_OF_HOST_MEMORY;
-  CHECK_FALSE(s.submit_with(call, 1));  // StreamAllreduce's path reports it as false
+  CHECK_FALSE(Protocol::submit_with(s, call, 1));  // StreamAllreduce's path reports it as false
   f.state.submit_result = VK_SUCCESS;
   s.flush();
   CHECK(f.submits() == 0);

@@ -29,7 +29,7 @@ class AnyCommunicator {
   detail::StreamPort& port() { return impl_->port(); }
   const DeviceGroup& group() const { return impl_->group(); }
   std::size_t size() const { return impl_->size(); }
-  SyncKind sync_kind() const { return impl_->sync_kind(); }
+  SyncKind sync_kind() const { return kind_; }
   const Options& options() const { return impl_->options(); }
   std::optional<Error> failure() const { return impl_->failure(); }
   // See Communicator::abort (from any thread).
@@ -51,62 +51,15 @@ class AnyCommunicator {
 
   template <CrossDeviceSync Sync>
   static AnyCommunicator make(DeviceGroup group, const Options& options, std::string reason) {
-    return AnyCommunicator(std::make_unique<Model<Sync>>(std::move(group), options), std::move(reason));
+    return AnyCommunicator(std::make_unique<Communicator<Sync>>(std::move(group), options), Sync::kind, std::move(reason));
   }
 
  private:
-  struct Interface {
-    virtual ~Interface() = default;
-    virtual Ticket allreduce(std::span<const BufferSpan>, const AllreduceArgs&) = 0;
-    virtual void flush() = 0;
-    virtual std::size_t deferred() const = 0;
-    virtual detail::StreamPort& port() = 0;
-    virtual const DeviceGroup& group() const = 0;
-    virtual std::size_t size() const = 0;
-    virtual SyncKind sync_kind() const = 0;
-    virtual const Options& options() const = 0;
-    virtual std::optional<Error> failure() const = 0;
-    virtual void abort() noexcept = 0;
-    virtual std::uint64_t staging_bytes() const = 0;
-    virtual std::uint32_t in_flight() const = 0;
-    virtual const CallInfo& last_call() const = 0;
-    virtual RelayStats relay_stats() const = 0;
-    virtual const RelaySelfTest& relay_self_test() const = 0;
-    virtual bool relay_automatic() const = 0;
-    virtual PlanStats plan_stats() const = 0;
-    virtual ScheduleRequest schedule_request(std::size_t, std::optional<Wire>, std::uint32_t) const = 0;
-    virtual CallProfile profile() = 0;
-  };
-  template <class Sync>
-  struct Model final : Interface {
-    Model(DeviceGroup group, const Options& options) : comm(std::move(group), options) {}
-    Ticket allreduce(std::span<const BufferSpan> s, const AllreduceArgs& a) override { return comm.allreduce(s, a); }
-    void flush() override { comm.flush(); }
-    std::size_t deferred() const override { return comm.deferred(); }
-    detail::StreamPort& port() override { return comm.port(); }
-    const DeviceGroup& group() const override { return comm.group(); }
-    std::size_t size() const override { return comm.size(); }
-    SyncKind sync_kind() const override { return Sync::kind; }
-    const Options& options() const override { return comm.options(); }
-    std::optional<Error> failure() const override { return comm.failure(); }
-    void abort() noexcept override { comm.abort(); }
-    std::uint64_t staging_bytes() const override { return comm.staging_bytes(); }
-    std::uint32_t in_flight() const override { return comm.in_flight(); }
-    const CallInfo& last_call() const override { return comm.last_call(); }
-    RelayStats relay_stats() const override { return comm.relay_stats(); }
-    const RelaySelfTest& relay_self_test() const override { return comm.relay_self_test(); }
-    bool relay_automatic() const override { return comm.relay_automatic(); }
-    PlanStats plan_stats() const override { return comm.plan_stats(); }
-    ScheduleRequest schedule_request(std::size_t c, std::optional<Wire> w, std::uint32_t m) const override {
-      return comm.schedule_request(c, w, m);
-    }
-    CallProfile profile() override { return comm.profile(); }
-    Communicator<Sync> comm;
-  };
+  AnyCommunicator(std::unique_ptr<detail::CommunicatorInterface> impl, SyncKind kind, std::string reason)
+      : impl_(std::move(impl)), kind_(kind), reason_(std::move(reason)) {}
 
-  AnyCommunicator(std::unique_ptr<Interface> impl, std::string reason) : impl_(std::move(impl)), reason_(std::move(reason)) {}
-
-  std::unique_ptr<Interface> impl_;
+  std::unique_ptr<detail::CommunicatorInterface> impl_;
+  SyncKind kind_;
   std::string reason_;
 };
 

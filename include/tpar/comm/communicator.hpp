@@ -10,11 +10,13 @@
 #include <tpar/algo/by_size.hpp>
 #include <tpar/comm/call.hpp>
 #include <tpar/comm/profile.hpp>
+#include <tpar/comm/relay_self_test.hpp>
 #include <tpar/comm/ticket.hpp>
 #include <tpar/core/buffer_span.hpp>
 #include <tpar/core/options.hpp>
 #include <tpar/comm/detail/comm_plan.hpp>
 #include <tpar/comm/detail/comm_relay.hpp>
+#include <tpar/comm/detail/communicator_interface.hpp>
 #include <tpar/comm/detail/held.hpp>
 #include <tpar/comm/detail/plan_cache.hpp>
 #include <tpar/comm/detail/plan_maker.hpp>
@@ -40,7 +42,7 @@
 namespace tpar::inline v0 {
 
 template <CrossDeviceSync Sync, Algorithm Algo = BySize, StagingPolicy Staging = HostImport>
-class Communicator {
+class Communicator final : public detail::CommunicatorInterface {
   template <class>
   friend class detail::CommunicatorPort;
 
@@ -77,7 +79,7 @@ class Communicator {
   // that never finishes (a ready point never signalled) keeps its resources: they are
   // kept, and logged, rather than freed under the GPU, and freed once that work is done
   // (detail::remains()). After abort(), it does not wait out the timeout.
-  ~Communicator() {
+  ~Communicator() override {
     const bool aborted = submitter_.aborted();
     {
       const auto lock = use();
@@ -123,15 +125,15 @@ class Communicator {
     detail::remains().reap();
   }
 
-  std::size_t size() const { return group_.size(); }
-  const DeviceGroup& group() const { return group_; }
-  const Options& options() const { return options_; }
+  std::size_t size() const override { return group_.size(); }
+  const DeviceGroup& group() const override { return group_; }
+  const Options& options() const override { return options_; }
   static constexpr SyncKind sync_kind() { return Sync::kind; }
 
   // The error that failed this communicator, if any. A failed communicator refuses new
   // calls; build a new one. After a ready point that never came, a new one on the same
   // group queues behind that point too, until it is signalled (docs/api.md).
-  std::optional<Error> failure() const { return health_->error(); }
+  std::optional<Error> failure() const override { return health_->error(); }
 
   // Ends every call of this communicator now, from any thread, while it lives: waits on
   // its tickets and the using thread's own waits (a slot set still in use) end at once
@@ -142,7 +144,7 @@ class Communicator {
   // timeout. Work on a queue behind a ready point that never comes stays there (Vulkan
   // cannot take it back): what it uses is kept until it is done, then freed
   // (detail::remains()). Idempotent; never throws.
-  void abort() noexcept {
+  void abort() noexcept override {
     try {
       health_->fail(Error(ErrorCode::aborted, "the communicator was aborted (Communicator::abort): its calls end unfinished"));
     } catch (...) {
@@ -155,42 +157,42 @@ class Communicator {
   }
 
   // Host staging this communicator holds now, in bytes (all devices).
-  std::uint64_t staging_bytes() const {
+  std::uint64_t staging_bytes() const override {
     const auto lock = use();
     return cache_.generation() ? cache_.generation()->host_bytes_total() : 0;
   }
   // Calls that may be in flight now: the current staging's slot sets (Options::depth).
-  std::uint32_t in_flight() const {
+  std::uint32_t in_flight() const override {
     const auto lock = use();
     return cache_.generation() ? cache_.generation()->depth() : 0;
   }
 
   // What the last call chose.
-  const CallInfo& last_call() const { return last_call_; }
+  const CallInfo& last_call() const override { return last_call_; }
 
   // What the relay's self-test found at creation (ran is false where the relay is
   // neither chosen automatically nor asked for); docs/relay.md, "The self-test".
-  const RelaySelfTest& relay_self_test() const { return relay_.self_test(); }
+  const RelaySelfTest& relay_self_test() const override { return relay_.self_test(); }
   // Whether calls through a tpar::StreamAllreduce may take the relay by themselves: the
   // gate allows it (RelayGate::automatic), its self-test passed, its memory was made.
-  bool relay_automatic() const { return relay_.automatic(); }
+  bool relay_automatic() const override { return relay_.automatic(); }
 
   // The relay's host threads: calls served, CPU time (tpar-bench reports it per call).
-  RelayStats relay_stats() const {
+  RelayStats relay_stats() const override {
     const auto lock = use();
     if (!relay_.hub()) return {};
     return relay_.hub()->stats();
   }
 
   // Staging generations and plans built so far, and the host time they took.
-  PlanStats plan_stats() const {
+  PlanStats plan_stats() const override {
     const auto lock = use();
     return cache_.stats();
   }
 
   // Where the last call spent its time, batch by batch (needs Options::profile). Waits
   // (bounded) for the call to finish. Call it right after the call it describes.
-  CallProfile profile() {
+  CallProfile profile() override {
     const auto lock = use();
     if (!options_.profile) throw Error(ErrorCode::unsupported, "profile() needs Options::profile");
     CallProfile out;
@@ -203,7 +205,7 @@ class Communicator {
 
   // Sums `spans` (one per device, f32, in place) across the group. Bad input throws
   // Error(invalid_argument) with nothing enqueued and nothing changed.
-  Ticket allreduce(std::span<const BufferSpan> spans, const AllreduceArgs& args = {}) {
+  Ticket allreduce(std::span<const BufferSpan> spans, const AllreduceArgs& args = {}) override {
     const auto lock = use();
     if (auto e = health_->error())
       throw Error(ErrorCode::failed, std::string("this communicator failed earlier (") + e->what() + "); create a new one");
@@ -262,25 +264,25 @@ class Communicator {
   // Submits every deferred call, in call order: per device and queue, one vkQueueSubmit
   // for all of them. A no-op when none waits. After abort(), the deferred calls are
   // dropped instead, and the abort is thrown.
-  void flush() {
+  void flush() override {
     const auto lock = use();
     submitter_.flush();
   }
 
   // Calls deferred and not yet submitted.
-  std::size_t deferred() const {
+  std::size_t deferred() const override {
     const auto lock = use();
     return submitter_.pending().size();
   }
 
   // What tpar::StreamAllreduce asks of the communicator (detail::StreamPort): a host
   // uses StreamAllreduce rather than this.
-  detail::StreamPort& port() { return port_; }
+  detail::StreamPort& port() override { return port_; }
 
   // The request a call of `count` values (wire override, contributing mask) schedules:
   // Algo::build(schedule_request(...)) is exactly the schedule it runs.
   ScheduleRequest schedule_request(std::size_t count, std::optional<Wire> wire = std::nullopt,
-                                   std::uint32_t contributing = ~0u) const {
+                                   std::uint32_t contributing = ~0u) const override {
     const auto lock = use();
     ScheduleRequest rq = detail::queue_request(group_, options_, count, wire, contributing);
     relay_.fill(rq, options_);
@@ -375,21 +377,5 @@ class Communicator {
   std::vector<BufferSpan> last_spans_;                         // the last call's spans (for a ride)
   detail::CommunicatorPort<Communicator> port_{*this};
 };
-
-// The relay's self-test on `group`, as a communicator with `options` and the relay asked
-// for runs it at creation (docs/relay.md, "The self-test"), without making one: every
-// device tested in the form the relay runs there, the verdicts cached for the process as
-// a communicator's are (a cached one says so). For reports (tpar-info --self-test), and
-// for a host that wants the verdicts before it builds anything. Throws where the relay
-// cannot run on the group at all (the gate's reason) and where a Vulkan call fails.
-inline RelaySelfTest relay_self_test(const DeviceGroup& group, Options options = {}) {
-  options.algo = AlgoChoice::relay;
-  const auto setup = detail::RelaySetup::check(group, options);
-  std::unique_ptr<detail::RelaySelfTestLeftovers> left;
-  RelaySelfTest out = detail::relay_self_test(group, detail::relay_self_test_plan(setup), left);
-  // A kernel that did not see the host's write ends at its spin bound; kept for good if not.
-  if (left && !left->finished(setup.test_start_bound + std::chrono::seconds(2))) (void)left.release();
-  return out;
-}
 
 }  // namespace tpar::inline v0

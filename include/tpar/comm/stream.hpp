@@ -44,6 +44,12 @@
 
 namespace tpar::inline v0 {
 
+template <class Comm>
+class StreamAllreduce;
+namespace detail {
+struct StreamProtocol;
+}
+
 class Stream {
  public:
   // The host's compute queue of one device, locked by `lock` where the host shares it
@@ -201,7 +207,17 @@ class Stream {
     return ride_stats_;
   }
 
-  // For StreamAllreduce: what records a waiting call into a host's command buffer
+  // The queue all of it goes to: its counts say what the stream cost the driver.
+  Queue& queue() { return queue_; }
+  vk::Device device() const { return device_; }
+
+ private:
+  // The hand-off between the stream and StreamAllreduce: what a call holds, carries and
+  // submits with the host's work (tests reach it through detail::StreamProtocol).
+  template <class> friend class StreamAllreduce;
+  friend struct detail::StreamProtocol;
+
+  // What records a waiting call into a host's command buffer
   // (StreamPort::record_ride, bind_site, forget_site for this stream's device).
   struct Rider {
     std::function<std::optional<std::uint64_t>(vk::CommandBuffer, bool, bool, const RideBeside&)> record;  // (cb, keep, ordered, beside)
@@ -212,7 +228,7 @@ class Stream {
     std::lock_guard lock(mutex_);
     rider_ = std::move(rider);
   }
-  // For StreamAllreduce: held work kept, and `calls`'s batches (one call, none of which
+  // Held work kept, and `calls`'s batches (one call, none of which
   // waits on anything) waiting for a ride. Throws Error(invalid_argument), holding
   // nothing new, where the host took an earlier call's ride and did not submit it yet.
   void hold_ride(detail::BatchList& calls) {
@@ -227,11 +243,7 @@ class Stream {
     holds_call_.store(true, std::memory_order_release);
   }
 
-  // The queue all of it goes to: its counts say what the stream cost the driver.
-  Queue& queue() { return queue_; }
-  vk::Device device() const { return device_; }
-
-  // For StreamAllreduce: the point the held work signals where a call also runs on other
+  // The point the held work signals where a call also runs on other
   // queues (announced before the call; signalled only by flush_signalling()).
   TimelinePoint next_ready() const {
     std::lock_guard lock(mutex_);
@@ -245,7 +257,7 @@ class Stream {
     submit_out({});
     signalled_ = ready.value;
   }
-  // For StreamAllreduce: held work, then `calls`'s batches [0, first) in one submission;
+  // Held work, then `calls`'s batches [0, first) in one submission;
   // [first, end) go in front of the next. `call`: the call's number, published through the
   // gate once its leading batches are on the queue. False (and nothing kept) where the
   // submission failed, or the gate timed out.
@@ -267,7 +279,7 @@ class Stream {
       return false;
     }
   }
-  // For StreamAllreduce: held work, then `calls`'s batches (none of which waits on
+  // Held work, then `calls`'s batches (none of which waits on
   // another device), all held: they go out with the stream's next submission, on every
   // device together (flush_held(), or the group's hook before any flush).
   void hold_with(detail::BatchList& calls) {
@@ -280,7 +292,7 @@ class Stream {
     out_.clear();
     holds_call_.store(true, std::memory_order_release);
   }
-  // For StreamAllreduce: everything held to the queue in one submission that signals the
+  // Everything held to the queue in one submission that signals the
   // stream's hold timeline (flushes_done() sees it done). False where it failed.
   bool flush_held() noexcept {
     std::lock_guard lock(mutex_);
@@ -316,7 +328,7 @@ class Stream {
   }
   // Whether this stream holds a call hold_with() gave it.
   bool holds_call() const { return holds_call_.load(std::memory_order_acquire); }
-  // For StreamAllreduce: called, outside the stream's lock, before this stream submits
+  // Called, outside the stream's lock, before this stream submits
   // with a fence or is flushed while it holds a call, so that every device's held calls
   // go out together (a device's relay kernel waits for its peers' parts).
   void set_release(std::function<void()> f) {
@@ -324,7 +336,7 @@ class Stream {
     release_ = std::move(f);
   }
 
-  // For StreamAllreduce: what the stream carries of tpar's last call, to the queue now
+  // What the stream carries of tpar's last call, to the queue now
   // (the host's held work stays). False where the submission failed.
   bool flush_carried() noexcept {
     std::lock_guard lock(mutex_);
@@ -357,7 +369,7 @@ class Stream {
     carried_.clear();
   }
 
-  // For StreamAllreduce: where threads of their own submit to the devices' streams, the
+  // Where threads of their own submit to the devices' streams, the
   // batches this stream carries of a call go to the queue only once `gate` says every
   // device published that call (device `index` of it), waiting at most `timeout`.
   void set_gate(detail::SubmitGate* gate, std::size_t index, std::chrono::nanoseconds timeout) {
@@ -367,7 +379,6 @@ class Stream {
     gate_timeout_ = timeout;
   }
 
- private:
   // Throws Error(timeout) where the gate did not open in time (nothing submitted then).
   void await_carried() {
     if (!gate_ || carried_.empty() || !carried_call_) return;
@@ -455,6 +466,26 @@ class Stream {
   Rider rider_;
   RideStats ride_stats_;
 };
+
+namespace detail {
+// Stream's hand-off protocol, for the tests that drive it as StreamAllreduce does.
+struct StreamProtocol {
+  using Rider = Stream::Rider;
+  static void set_rider(Stream& s, Rider r) { s.set_rider(std::move(r)); }
+  static void hold_ride(Stream& s, BatchList& calls) { s.hold_ride(calls); }
+  static void hold_with(Stream& s, BatchList& calls) { s.hold_with(calls); }
+  static bool submit_with(Stream& s, BatchList& calls, std::size_t first, std::uint64_t call = 0) {
+    return s.submit_with(calls, first, call);
+  }
+  static bool flush_held(Stream& s) { return s.flush_held(); }
+  static bool flush_carried(Stream& s) { return s.flush_carried(); }
+  static std::vector<TimelinePoint> carried_waits(Stream& s) { return s.carried_waits(); }
+  static void drop_carried(Stream& s) { s.drop_carried(); }
+  static bool holds_call(const Stream& s) { return s.holds_call(); }
+  static std::uint64_t flushes(const Stream& s) { return s.flushes(); }
+  static std::uint64_t flushes_done(const Stream& s) { return s.flushes_done(); }
+};
+}  // namespace detail
 
 // AllReduces over streams, one per device of the communicator's group in device order.
 // While it lives the streams hold the host's work (Stream::set_holding) and the
